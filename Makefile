@@ -25,8 +25,9 @@ LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lm
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-LIB_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c)
-BIN_SRC := server/main.c $(wildcard tools/*.c)
+# server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
+LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c)
+BIN_SRC := server/main.c $(wildcard server/cmd/*.c tools/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 

@@ -1,0 +1,37 @@
+/* main.c - attnd's entry point: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/cmd/cmd.h"
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+};
+
+static const struct subcommand g_cmds[] = {
+    {"info", cmd_info, "print a GGUF file's metadata and tensor table"},
+
+
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: attnd COMMAND [options]   (attnd COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+        if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "attnd: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
