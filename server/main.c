@@ -12,6 +12,8 @@ struct subcommand {
 
 static const struct subcommand g_cmds[] = {
     {"info", cmd_info, "print a GGUF file's metadata and tensor table"},
+    {"mkmodel", cmd_mkmodel, "write a GGUF model with seeded random weights"},
+    {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
 
 
 };

@@ -1,0 +1,119 @@
+/* score.c - `attnd score -m MODEL.gguf --tokens 1,2,3 [--top-k 8]`: teacher-forced scoring.
+ * Prints {"tokens":[...],"positions":[{"top":[[id,logprob],...]},...]} where entry i is the
+ * log-softmax distribution of the token that follows tokens[0..i], top-k by probability. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/forward.h"
+#include "attnd/model.h"
+#include "server/cmd/cli.h"
+#include "server/cmd/cmd.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: attnd score -m MODEL.gguf --tokens ID,ID,... [--top-k K] [--threads N]\n"
+               "  prints the top-K next-token log-probabilities after every prefix, as JSON\n");
+}
+
+/* Writes the top k (id, logprob) of one logits row, in descending order. */
+static void print_top(const float *lg, int V, int k)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++)
+        if (lg[i] > mx) mx = lg[i];
+    for (int i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+    double lse = mx + log(sum);
+    int *best = malloc((size_t)k * sizeof *best);
+    int nb = 0;
+    if (!best) return;
+    for (int i = 0; i < V; i++) { /* insertion into a short sorted list */
+        if (nb == k && lg[i] <= lg[best[nb - 1]]) continue;
+        int j = nb < k ? nb++ : k - 1;
+        while (j > 0 && lg[best[j - 1]] < lg[i]) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = i;
+    }
+    printf("{\"top\":[");
+    for (int j = 0; j < nb; j++) printf("%s[%d,%.7g]", j ? "," : "", best[j], (double)lg[best[j]] - lse);
+    printf("]}");
+    free(best);
+}
+
+int cmd_score(int argc, char **argv)
+{
+    const char *model_path = NULL, *tokens_arg = NULL;
+    long top_k = 8, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model_path = argv[++i];
+        else if (!strcmp(a, "--tokens") && v) tokens_arg = argv[++i];
+        else if (!strcmp(a, "--top-k") && v) {
+            if (cli_int(a, argv[++i], 1, 1000, &top_k)) return 2;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (cli_int(a, argv[++i], 0, 256, &threads)) return 2;
+        } else {
+            fprintf(stderr, "attnd score: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_path || !tokens_arg) {
+        usage(stderr);
+        return 2;
+    }
+    int32_t *toks;
+    size_t n;
+    if (cli_int_list("--tokens", tokens_arg, &toks, &n)) return 2;
+    char err[512];
+    struct model *m;
+    if (model_load(model_path, &m, err, sizeof err)) {
+        fprintf(stderr, "attnd score: %s\n", err);
+        free(toks);
+        return 1;
+    }
+    int rc = 1;
+    const int V = m->hp.n_vocab;
+    float *logits = NULL;
+    struct fwd_ctx *c = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] >= V) {
+            fprintf(stderr, "attnd score: token id %d is outside the vocabulary (%d entries)\n", toks[i], V);
+            goto out;
+        }
+    struct fwd_opts o = {.n_ctx = (int)n, .n_threads = (int)threads};
+    if (fwd_create(m, &o, &c)) {
+        fprintf(stderr, "attnd score: cannot create a forward context for %zu tokens\n", n);
+        goto out;
+    }
+    logits = malloc(n * (size_t)V * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "attnd score: out of memory\n");
+        goto out;
+    }
+    if (fwd_eval(c, toks, (int)n, true, logits)) {
+        fprintf(stderr, "attnd score: evaluation failed\n");
+        goto out;
+    }
+    printf("{\"tokens\":[");
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", toks[i]);
+    printf("],\"positions\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) putchar(',');
+        print_top(logits + i * (size_t)V, V, (int)(top_k < V ? top_k : V));
+    }
+    printf("]}\n");
+    rc = 0;
+out:
+    free(logits);
+    fwd_destroy(c);
+    model_destroy(m);
+    free(toks);
+    return rc;
+}
