@@ -1,0 +1,180 @@
+/* tokenize.c - `attnd tokenize -m MODEL.gguf [--no-bos] [--special]`: reads UTF-8 text on stdin
+ * and prints {"tokens":[ids],"pieces":["..."]} on one line. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "attnd/gguf.h"
+#include "attnd/tokenizer.h"
+#include "server/cmd/cmd.h"
+
+#define MAX_INPUT ((size_t)64 << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: attnd tokenize -m MODEL.gguf [--no-bos] [--special] < text\n"
+               "  Tokenizes stdin with the model's tokenizer and prints\n"
+               "  {\"tokens\":[ids],\"pieces\":[\"...\"]}.\n"
+               "  --no-bos   do not add BOS/EOS even where the model adds them\n"
+               "  --special  recognise control tokens such as <|im_end|> in the text\n"
+               "  Pieces are each token's bytes (control tokens as their text); bytes that are not\n"
+               "  valid UTF-8 on their own (a character split across tokens) are shown as U+FFFD.\n");
+}
+
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MAX_INPUT) {
+                fprintf(stderr, "attnd tokenize: input larger than %zu MiB\n", MAX_INPUT >> 20);
+                free(buf);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n, stdin);
+        if (!r) break;
+        n += r;
+    }
+    if (ferror(stdin)) {
+        fprintf(stderr, "attnd tokenize: error reading stdin\n");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* Length of the valid UTF-8 character at s[0..n), or 0. */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return 0;
+    if (n <= need || s[1] < lo || s[1] > hi) return 0;
+    for (size_t k = 2; k <= need; k++)
+        if (s[k] < 0x80 || s[k] > 0xBF) return 0;
+    return need + 1;
+}
+
+/* Copies s[0..n) into a NUL-terminated string with each byte that is not part of a valid UTF-8
+ * character (and each NUL) replaced by U+FFFD, so the JSON output is valid UTF-8. */
+static char *json_safe(const char *s, size_t n)
+{
+    char *o = malloc(3 * n + 1), *p = o;
+    if (!o) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = u[i] ? utf8_char(u + i, n - i) : 0;
+        if (l) {
+            memcpy(p, u + i, l);
+            p += l;
+            i += l;
+        } else {
+            memcpy(p, "\xef\xbf\xbd", 3);
+            p += 3;
+            i++;
+        }
+    }
+    *p = 0;
+    return o;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *model = NULL;
+    bool no_bos = false, special = false;
+    for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--no-bos")) no_bos = true;
+        else if (!strcmp(argv[i], "--special")) special = true;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "attnd tokenize: unknown or incomplete argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model) {
+        usage(stderr);
+        return 2;
+    }
+
+    int rc = 1;
+    char err[512];
+    struct gguf *g = NULL;
+    struct tokenizer *tok = NULL;
+    char *text = NULL, *piece = NULL, *json = NULL;
+    int32_t *ids = NULL;
+    cJSON *root = NULL;
+    size_t len = 0, n = 0;
+
+    if (gguf_open(model, &g, err, sizeof err) != ATTND_OK) {
+        fprintf(stderr, "attnd tokenize: %s: %s\n", model, err);
+        goto out;
+    }
+    if (tok_create(g, &tok, err, sizeof err) != ATTND_OK) {
+        fprintf(stderr, "attnd tokenize: %s: tokenizer: %s\n", model, err);
+        goto out;
+    }
+    if (!(text = read_stdin(&len))) goto out;
+    attnd_status st = tok_encode(tok, text, len, !no_bos, special, &ids, &n);
+    if (st != ATTND_OK) {
+        fprintf(stderr, "attnd tokenize: %s\n", attnd_status_str(st));
+        goto out;
+    }
+
+    root = cJSON_CreateObject();
+    cJSON *jt = cJSON_AddArrayToObject(root, "tokens"), *jp = cJSON_AddArrayToObject(root, "pieces");
+    if (!root || !jt || !jp) goto oom;
+    size_t cap = tok_max_piece(tok) + 1;
+    if (!(piece = malloc(cap))) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = tok_decode_token(tok, ids[i], piece, cap, true);
+        char *safe = json_safe(piece, l);
+        cJSON *num = cJSON_CreateNumber(ids[i]), *str = safe ? cJSON_CreateString(safe) : NULL;
+        free(safe);
+        if (!num || !str) {
+            cJSON_Delete(num);
+            cJSON_Delete(str);
+            goto oom;
+        }
+        cJSON_AddItemToArray(jt, num);
+        cJSON_AddItemToArray(jp, str);
+    }
+    if (!(json = cJSON_PrintUnformatted(root))) goto oom;
+    if (puts(json) == EOF || fflush(stdout) == EOF) {
+        fprintf(stderr, "attnd tokenize: error writing stdout\n");
+        goto out;
+    }
+    rc = 0;
+    goto out;
+oom:
+    fprintf(stderr, "attnd tokenize: out of memory\n");
+out:
+    free(json);
+    cJSON_Delete(root);
+    free(piece);
+    free(ids);
+    free(text);
+    tok_destroy(tok);
+    gguf_close(g);
+    return rc;
+}

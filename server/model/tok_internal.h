@@ -1,0 +1,99 @@
+/* tok_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
+#ifndef ATTND_TOK_INTERNAL_H
+#define ATTND_TOK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/tokenizer.h"
+
+#define TOK_MAX_REGEX 6
+
+/* Token attributes beyond the type. */
+#define TOK_A_EOG 1u    /* ends generation */
+#define TOK_A_LSTRIP 2u /* a match in the text swallows the whitespace before it */
+#define TOK_A_RSTRIP 4u /* ... and after it */
+
+struct tok_entry {
+    const char *text;  /* raw vocabulary text, NUL-terminated copy */
+    const char *piece; /* decoded bytes (see tok_decode_token) */
+    uint32_t len;      /* of text */
+    uint32_t plen;     /* of piece */
+    float score;       /* SPM merge score */
+    uint8_t type;      /* enum tok_type */
+    uint8_t attr;      /* TOK_A_* */
+};
+
+struct tok_merge {
+    uint64_t key;   /* (left id << 32 | right id) + 1; 0 = empty slot */
+    int32_t rank;   /* index in tokenizer.ggml.merges; lower merges first */
+    int32_t result; /* id of the concatenation */
+};
+
+struct tokenizer {
+    enum tok_kind kind;
+    int n_vocab;
+    struct tok_entry *tok; /* (n_vocab) */
+    char *arena;           /* all texts and pieces */
+
+    uint32_t *hash;  /* text -> id + 1 (0 empty), open addressing, (hash_mask + 1) slots */
+    size_t hash_mask;
+    struct tok_merge *merges; /* (merge_mask + 1) slots; BPE only */
+    size_t merge_mask;
+
+    int32_t byte_tok[256]; /* SPM: id of <0xNN>; BPE: id of the byte's mapped code point; -1 none */
+
+    int32_t *special; /* CONTROL/USER_DEFINED/UNKNOWN ids with non-empty text, longest text first */
+    size_t n_special;
+
+    int bos, eos, eot, eom, unk, pad, sep;
+    bool add_bos, add_eos, add_space_prefix;
+    bool ignore_merges; /* llama3: a pre-token that is itself a token is not merged */
+    size_t max_piece;
+
+    const char *pre_name;
+    int n_regex;
+    void *regex[TOK_MAX_REGEX]; /* pcre2_code *, applied in sequence */
+};
+
+/* Slot hash of a merge key (tok_merge.key). */
+static inline uint64_t tok_merge_hash(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    key *= 0xc4ceb9fe1a85ec53ull;
+    key ^= key >> 33;
+    return key;
+}
+
+/* Id of text[0..len), or -1. */
+int tok_lookup(const struct tokenizer *tok, const char *text, size_t len);
+
+/* A growable id vector. */
+struct tok_ids {
+    int32_t *v;
+    size_t n, cap;
+};
+bool tok_ids_push(struct tok_ids *ids, int32_t id);
+
+/* Length of the valid UTF-8 character at s[0..n) (n >= 1), or 0 if the bytes there are not one. */
+size_t tok_utf8_len(const unsigned char *s, size_t n);
+
+/* SPM: tokenizes one raw-text fragment, after a dummy space if prefix_space. */
+attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool prefix_space,
+                            struct tok_ids *out);
+
+/* BPE: compiles the pre-tokenizer for name (NULL = default); *known false if name was unknown. */
+attnd_status tok_bpe_init(struct tokenizer *tok, const char *name, size_t name_len, bool *known, char *err,
+                          size_t errlen);
+void tok_bpe_free(struct tokenizer *tok);
+/* BPE: the code point byte b is mapped to. */
+uint32_t tok_bpe_byte_cp(unsigned b);
+/* BPE: the byte code point cp stands for, or -1 if cp is not one of the 256 mapped code points. */
+int tok_bpe_cp_byte(uint32_t cp);
+/* BPE: tokenizes one raw-text fragment. */
+attnd_status tok_bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struct tok_ids *out);
+
+#endif

@@ -1,0 +1,58 @@
+/* utf8.c - see utf8.h. */
+#include "attnd/utf8.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t utf8_seq_len(const char *s, size_t n)
+{
+    const uint8_t *u = (const uint8_t *)s;
+    if (n == 0) return 0;
+    if (u[0] < 0x80) return 1;
+    size_t len;
+    uint32_t cp, min;
+    if ((u[0] & 0xe0) == 0xc0) len = 2, cp = u[0] & 0x1f, min = 0x80;
+    else if ((u[0] & 0xf0) == 0xe0) len = 3, cp = u[0] & 0x0f, min = 0x800;
+    else if ((u[0] & 0xf8) == 0xf0) len = 4, cp = u[0] & 0x07, min = 0x10000;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((u[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (u[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+bool utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq_len(s + i, n - i);
+        if (!l) return false;
+        i += l;
+    }
+    return true;
+}
+
+char *utf8_sanitize(const char *s, size_t n, size_t *out_len)
+{
+    if (n > (SIZE_MAX - 1) / 3) return NULL;
+    char *o = malloc(n * 3 + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq_len(s + i, n - i);
+        if (l) {
+            memcpy(p, s + i, l);
+            p += l;
+            i += l;
+        } else {
+            memcpy(p, "\xef\xbf\xbd", 3);
+            p += 3;
+            i++;
+        }
+    }
+    *p = 0;
+    if (out_len) *out_len = (size_t)(p - o);
+    return o;
+}
