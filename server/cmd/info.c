@@ -1,6 +1,18 @@
-/* info.c - `attnd info FILE`: dumps a GGUF file's header (a debugging aid). */
+/* info.c - `attnd info [--json] FILE`: dumps a GGUF file's header (a debugging aid).
+ *
+ * --json prints one object that tests/js/check_gguf.mjs compares with an independent parser:
+ *   {"version","alignment","data_offset","file_size",
+ *    "kv":{key: scalar or string value, arrays as {"type": element type, "n": count}},
+ *    "kv_types":{key: value type name},
+ *    "tensors":[{"name","type","type_id","ne":[...],"offset" (absolute),"nbytes"}]}
+ * Integers are written as exact decimal literals (a u64 above 2^53 does not survive a double),
+ * floats with 17 significant digits (NaN and infinities as null); strings are escaped byte by
+ * byte, so NUL and control bytes survive. */
+#include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/gguf.h"
@@ -19,18 +31,8 @@ static void print_str(struct gguf_str s, size_t max)
     putchar('"');
 }
 
-int cmd_info(int argc, char **argv)
+static int print_text(const struct gguf *g)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: attnd info FILE.gguf\n");
-        return argc < 2 ? 2 : 0;
-    }
-    char err[512];
-    struct gguf *g;
-    if (gguf_open(argv[1], &g, err, sizeof err) != ATTND_OK) {
-        fprintf(stderr, "attnd info: %s: %s\n", argv[1], err);
-        return 1;
-    }
     printf("GGUF v%u, %" PRIu64 " bytes, alignment %u, data at %" PRIu64 "\n", gguf_version(g), gguf_file_size(g),
            gguf_alignment(g), gguf_data_offset(g));
     for (int64_t i = 0; i < gguf_n_kv(g); i++) {
@@ -57,6 +59,154 @@ int cmd_info(int argc, char **argv)
         for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%" PRIu64, d ? ", " : "", t->ne[d]);
         printf("] @%" PRIu64 " (%" PRIu64 " bytes)\n", t->offset, t->nbytes);
     }
-    gguf_close(g);
     return 0;
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+static cJSON *json_u64(uint64_t v)
+{
+    char b[24];
+    snprintf(b, sizeof b, "%" PRIu64, v);
+    return cJSON_CreateRaw(b);
+}
+
+static cJSON *json_i64(int64_t v)
+{
+    char b[24];
+    snprintf(b, sizeof b, "%" PRId64, v);
+    return cJSON_CreateRaw(b);
+}
+
+/* Shortest-safe exact text of a double (%.17g round-trips); JSON has no NaN/Inf, so null. */
+static cJSON *json_f64(double v)
+{
+    char b[32];
+    if (!isfinite(v)) return cJSON_CreateNull();
+    snprintf(b, sizeof b, "%.17g", v);
+    return cJSON_CreateRaw(b);
+}
+
+/* A JSON string literal for s (which may hold any byte, NUL included); bytes >= 0x80 are
+ * copied as they are, so valid UTF-8 stays valid. */
+static cJSON *json_str(struct gguf_str s)
+{
+    size_t cap = (size_t)s.len * 6 + 3;
+    char *b = malloc(cap), *o = b;
+    if (!b) return NULL;
+    *o++ = '"';
+    for (uint64_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if (ch == '"' || ch == '\\') {
+            *o++ = '\\';
+            *o++ = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            o += snprintf(o, 7, "\\u%04x", ch);
+        } else {
+            *o++ = (char)ch;
+        }
+    }
+    *o++ = '"';
+    *o = 0;
+    cJSON *j = cJSON_CreateRaw(b);
+    free(b);
+    return j;
+}
+
+static cJSON *json_kv_value(const struct gguf *g, int64_t i)
+{
+    enum gguf_vtype t = gguf_kv_type(g, i);
+    switch (t) {
+    case GGUF_STRING: return json_str(gguf_kv_str(g, i));
+    case GGUF_F32: case GGUF_F64: return json_f64(gguf_kv_float(g, i));
+    case GGUF_BOOL: return cJSON_CreateBool(gguf_kv_int(g, i) != 0);
+    case GGUF_U64: return json_u64((uint64_t)gguf_kv_int(g, i)); /* kv_int keeps the bits */
+    case GGUF_ARRAY: {
+        cJSON *a = cJSON_CreateObject();
+        if (!a) return NULL;
+        cJSON_AddStringToObject(a, "type", gguf_vtype_name(gguf_arr_type(g, i)));
+        cJSON_AddItemToObject(a, "n", json_u64(gguf_arr_n(g, i)));
+        return a;
+    }
+    default: return json_i64(gguf_kv_int(g, i));
+    }
+}
+
+static int print_json(const struct gguf *g)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) goto oom;
+    cJSON_AddItemToObject(root, "version", json_u64(gguf_version(g)));
+    cJSON_AddItemToObject(root, "alignment", json_u64(gguf_alignment(g)));
+    cJSON_AddItemToObject(root, "data_offset", json_u64(gguf_data_offset(g)));
+    cJSON_AddItemToObject(root, "file_size", json_u64(gguf_file_size(g)));
+    cJSON *kv = cJSON_AddObjectToObject(root, "kv");
+    cJSON *kv_types = cJSON_AddObjectToObject(root, "kv_types");
+    cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
+    if (!kv || !kv_types || !tensors) goto oom;
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        const char *key = gguf_kv_key(g, i);
+        cJSON *v = json_kv_value(g, i);
+        if (!v || !cJSON_AddItemToObject(kv, key, v)) {
+            cJSON_Delete(v);
+            goto oom;
+        }
+        cJSON_AddStringToObject(kv_types, key, gguf_vtype_name(gguf_kv_type(g, i)));
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(tensors, o)) {
+            cJSON_Delete(o);
+            goto oom;
+        }
+        cJSON_AddStringToObject(o, "name", t->name);
+        cJSON_AddStringToObject(o, "type", tensor_type_name(t->type));
+        cJSON_AddItemToObject(o, "type_id", json_u64(t->type));
+        cJSON *ne = cJSON_AddArrayToObject(o, "ne");
+        if (!ne) goto oom;
+        for (uint32_t d = 0; d < t->n_dims; d++) cJSON_AddItemToArray(ne, json_u64(t->ne[d]));
+        cJSON_AddItemToObject(o, "offset", json_u64(t->offset));
+        cJSON_AddItemToObject(o, "nbytes", json_u64(t->nbytes));
+    }
+    char *s = cJSON_Print(root);
+    if (!s) goto oom;
+    puts(s);
+    cJSON_free(s);
+    cJSON_Delete(root);
+    return 0;
+oom:
+    cJSON_Delete(root);
+    fprintf(stderr, "attnd info: out of memory\n");
+    return 1;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: attnd info [--json] FILE.gguf\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!path && argv[i][0] != '-') path = argv[i];
+        else {
+            fprintf(stderr, "attnd info: unexpected argument '%s'\nusage: attnd info [--json] FILE.gguf\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: attnd info [--json] FILE.gguf\n");
+        return 2;
+    }
+    char err[512];
+    struct gguf *g;
+    if (gguf_open(path, &g, err, sizeof err) != ATTND_OK) {
+        fprintf(stderr, "attnd info: %s: %s\n", path, err);
+        return 1;
+    }
+    int rc = json ? print_json(g) : print_text(g);
+    gguf_close(g);
+    return rc;
 }

@@ -1,0 +1,113 @@
+#!/bin/bash
+# test_gguf_js.sh - an independent parser (@huggingface/gguf, Node) re-reads the GGUF files
+# attnd writes and the shared models, and must agree with `attnd info --json` on every key,
+# value, tensor, type and offset (tests/js/check_gguf.mjs). Every file mkmodel writes must also
+# load and score.
+#   ATTND   attnd binary (default build/release/attnd)
+#   SHARED  shared test data folder (default ../shared)
+# Exit 0 pass, 1 fail, 77 skip (no Node.js >= 20).
+set -euo pipefail
+
+# resolve relative paths before moving to the repository root
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+root=$(cd "$(dirname "$0")/../.." && pwd)
+ATTND=$(abs "${ATTND:-$root/build/release/attnd}")
+SHARED=$(abs "${SHARED:-$root/../shared}")
+cd "$root"
+
+if [ ! -x "$ATTND" ]; then
+  echo "test_gguf_js: no attnd binary at $ATTND (build it, or set ATTND=...)" >&2
+  exit 1
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "skip: node and npm are needed for the independent GGUF parser"
+  exit 77
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 20 ]; then
+  echo "skip: @huggingface/gguf needs Node.js >= 20 (found $(node --version))"
+  exit 77
+fi
+if [ ! -d tests/js/node_modules/@huggingface/gguf ]; then
+  (cd tests/js && npm ci --no-audit --no-fund)
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# ---- models written by mkmodel -----------------------------------------------------------
+shape=(--layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 128 --seed 11)
+mk() {  # name, mkmodel flags...
+  local name=$1; shift
+  "$ATTND" mkmodel -o "$tmp/$name.gguf" "${shape[@]}" "$@" 2>"$tmp/$name.mk.log" || {
+    echo "FAIL mkmodel $name: $(cat "$tmp/$name.mk.log")"
+    return 1
+  }
+}
+made=()
+fail=0
+for spec in \
+  "llama-f32-untied --arch llama --vocab-size 300 --type f32" \
+  "qwen2-q8_0-tied --arch qwen2 --vocab-size 300 --type q8_0 --tied" \
+  "llama-q4_0 --arch llama --vocab-size 300 --type q4_0" \
+  "llama-f16 --arch llama --vocab-size 300 --type f16" \
+  "llama-bf16 --arch llama --vocab-size 300 --type bf16" \
+  "llama-spm-vocab-q8_0 --arch llama --type q8_0 --vocab-from $SHARED/vocab/ggml-vocab-llama-spm.gguf"; do
+  read -r -a args <<<"$spec"
+  if mk "${args[@]}"; then made+=("$tmp/${args[0]}.gguf"); else fail=1; fi
+done
+
+# ---- every file: both parsers agree ------------------------------------------------------
+files=("${made[@]}")
+shopt -s nullglob
+shared_models=("$SHARED"/models/*.gguf)
+shopt -u nullglob
+if [ ${#shared_models[@]} -eq 0 ]; then
+  echo "FAIL no models under $SHARED/models (set SHARED=...)"
+  fail=1
+fi
+files+=("${shared_models[@]}")
+checked=0
+for f in "${files[@]}"; do
+  json="$tmp/$(basename "$f").json"
+  if ! "$ATTND" info --json "$f" >"$json"; then
+    echo "FAIL attnd info --json $f"
+    fail=1
+    continue
+  fi
+  if node tests/js/check_gguf.mjs "$f" "$json"; then checked=$((checked + 1)); else fail=1; fi
+done
+
+# ---- every mkmodel file loads and scores ---------------------------------------------------
+scored=0
+for f in "${made[@]}"; do
+  out="$tmp/$(basename "$f").score.json"
+  if ! "$ATTND" score -m "$f" --tokens 1,2,3 --top-k 3 >"$out" 2>"$out.log"; then
+    echo "FAIL attnd score $(basename "$f"): $(tail -n 3 "$out.log")"
+    fail=1
+    continue
+  fi
+  if node -e '
+    const fs = require("fs");
+    const r = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+    const bad = (m) => { console.error("score " + process.argv[2] + ": " + m); process.exit(1); };
+    if (JSON.stringify(r.tokens) !== "[1,2,3]") bad("tokens " + JSON.stringify(r.tokens));
+    if (!Array.isArray(r.positions) || r.positions.length !== 3) bad("expected 3 positions");
+    for (const [i, p] of r.positions.entries()) {
+      if (!Array.isArray(p.top) || p.top.length !== 3) bad(`position ${i}: expected top 3`);
+      let prev = 0;
+      for (const [id, lp] of p.top) {
+        if (!Number.isInteger(id) || id < 0) bad(`position ${i}: bad id ${id}`);
+        if (!Number.isFinite(lp) || lp > 1e-6 || lp > prev + 1e-6) bad(`position ${i}: bad logprob ${lp}`);
+        prev = lp;
+      }
+    }' "$out" "$(basename "$f")"; then
+    scored=$((scored + 1))
+  else
+    fail=1
+  fi
+done
+
+echo "test_gguf_js: ${#made[@]} mkmodel files + ${#shared_models[@]} shared models;" \
+  "$checked agree with @huggingface/gguf, $scored of ${#made[@]} scored"
+exit $fail
