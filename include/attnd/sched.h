@@ -1,0 +1,120 @@
+/* sched.h - the request scheduler: owns the model's forward contexts and one worker thread
+ * that runs generation requests from a bounded queue, and answers attention-map queries.
+ *
+ * Requests are served in arrival order (one at a time for now; continuous batching over a
+ * paged KV cache replaces the inside of this module later, not its interface). Events of a
+ * request are delivered through its callback, on the scheduler thread, in order:
+ * zero or more SCHED_EV_TOKEN, then exactly one SCHED_EV_DONE (or SCHED_EV_ERROR).
+ * After that last event the scheduler never touches the request's user data again.
+ *
+ * All functions are thread-safe unless noted.
+ */
+#ifndef ATTND_SCHED_H
+#define ATTND_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/sampler.h"
+#include "attnd/status.h"
+
+struct model;
+struct tokenizer;
+struct sched;
+
+#define SCHED_MAX_LOGPROBS 20
+#define SCHED_MAX_STOPS 16
+
+struct sched_opts {
+    int n_threads;      /* compute threads (0: online CPUs) */
+    int n_ctx;          /* context (prompt + generated) per request, tokens (0: min(model ctx, 4096)) */
+    int max_queue;      /* waiting requests before sched_submit() answers ATTND_ERR_RANGE (0: 64) */
+};
+
+/* One generation request. sched_submit() copies everything it needs. */
+struct sched_request {
+    const int32_t *prompt;      /* token ids, n_prompt >= 1, each < n_vocab */
+    size_t n_prompt;
+    int max_tokens;             /* >= 0 tokens to generate */
+    struct sampler_params sampling;
+    const char *const *stops;   /* stop strings (NUL-terminated), n_stops <= SCHED_MAX_STOPS */
+    int n_stops;
+    bool ignore_eos;            /* keep generating past end-of-generation tokens */
+    int logprobs;               /* 0..SCHED_MAX_LOGPROBS top alternatives per generated token */
+};
+
+enum sched_event_kind { SCHED_EV_TOKEN = 0, SCHED_EV_DONE = 1, SCHED_EV_ERROR = 2 };
+
+struct sched_event {
+    enum sched_event_kind kind;
+    uint64_t id;                /* the request's id */
+    /* SCHED_EV_TOKEN: one generated token */
+    int token;
+    const char *text;           /* text now safe to show: whole UTF-8 characters, stop strings
+                                   withheld (may be empty; may be longer than this token's own
+                                   text when earlier bytes were held back). Valid during the
+                                   callback only. */
+    size_t text_len;
+    float logprob;              /* log-probability of token */
+    int n_top;                  /* top alternatives (== request's logprobs) */
+    const int *top_ids;
+    const float *top_logprobs;
+    /* SCHED_EV_DONE */
+    const char *finish_reason;  /* "stop", "length" or "cancelled" */
+    const char *final_text;     /* bytes released at the end (flushed detokenizer/stop matcher) */
+    size_t final_text_len;
+    int prompt_tokens, completion_tokens;
+    double queue_ms, prompt_ms, generation_ms;
+    /* SCHED_EV_ERROR */
+    attnd_status status;
+    const char *message;
+};
+
+/* Called on the scheduler thread; must not block for long and must not call sched_* functions
+ * except sched_cancel(). */
+typedef void (*sched_cb)(void *ud, const struct sched_event *ev);
+
+/* Starts the worker thread. m and tok must outlive the scheduler. */
+attnd_status sched_create(const struct model *m, const struct tokenizer *tok, const struct sched_opts *opts,
+                          struct sched **out);
+/* Cancels queued requests (each gets DONE with "cancelled"), lets the running one finish within
+ * grace_ms (then cancels it), joins the thread and frees everything. sched_destroy(NULL) is a
+ * no-op. */
+void sched_destroy(struct sched *s, int grace_ms);
+
+/* Queues a request. Returns ATTND_OK and its id; ATTND_ERR_INVALID (bad fields: message in err),
+ * ATTND_ERR_RANGE (prompt + max_tokens exceed the context: message in err), ATTND_ERR_NOMEM, or
+ * ATTND_ERR_UNSUPPORTED when the queue is full or the scheduler is shutting down. */
+attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_cb cb, void *ud, uint64_t *id,
+                          char *err, size_t errlen);
+/* Asks the request to stop; it ends with DONE "cancelled" at the next token boundary (or at once
+ * if still queued). Unknown or finished ids are ignored. May be called from a callback. */
+void sched_cancel(struct sched *s, uint64_t id);
+/* Stops accepting new requests (sched_submit answers ATTND_ERR_UNSUPPORTED). */
+void sched_drain(struct sched *s);
+/* Waits until no request is queued or running, at most timeout_ms; returns true if idle. */
+bool sched_wait_idle(struct sched *s, int timeout_ms);
+
+struct sched_stats {
+    int queued;                 /* waiting requests */
+    int running;                /* requests being generated */
+    uint64_t kv_tokens_used;    /* tokens held in KV caches */
+    uint64_t kv_tokens_capacity;
+    uint64_t kv_bytes_capacity;
+};
+void sched_get_stats(struct sched *s, struct sched_stats *st);
+int sched_n_ctx(const struct sched *s);
+
+/* Attention map of one layer and query head over tokens[0..n): recomputes the forward pass
+ * over the tokens (the same code and numbers as generation) and writes the causal softmax
+ * weights row by row into weights (row i has i+1 entries, n(n+1)/2 floats in all).
+ * If values != NULL it also receives the value vectors of the head's KV group (n x head_dim),
+ * and if output != NULL the head's attention output (n x head_dim) as the forward pass computed
+ * it, so a caller can check output == weights · values. Runs on the scheduler thread between
+ * requests; blocks the caller until done. Returns ATTND_ERR_INVALID for a bad layer/head,
+ * ATTND_ERR_RANGE if n exceeds the context. */
+attnd_status sched_attention(struct sched *s, const int32_t *tokens, size_t n, int layer, int head, float *weights,
+                             float *values, float *output);
+
+#endif
