@@ -1,0 +1,476 @@
+/* kernels.c - CPU kernels: run-time ISA dispatch, f16/bf16 conversions, and the scalar
+ * reference kernels (which are also the kernels of the "scalar" ISA). The SIMD versions live
+ * in kernels_avx2.c and kernels_avx512.c; this file is built for baseline x86-64 and never
+ * uses their instructions itself. */
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/kernels_impl.h"
+
+#include "attnd/check.h"
+#include "attnd/log.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ================================================================ conversions */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Exact: every f16 is representable as f32. NaN payloads are kept and the quiet bit set, as the
+ * F16C instruction does. */
+float cpu_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    if (exp == 0) {
+        /* zero or subnormal: mant * 2^-24, exact in f32 */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant ? 0x400000u : 0u) | (mant << 13));
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* IEEE round-to-nearest-even; overflow gives inf; NaN stays (quiet) NaN keeping the top payload
+ * bits, which is also what the F16C instruction does. */
+uint16_t cpu_f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    if (u >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (u < 0x38800000u) {
+        /* result is subnormal (or zero): q = round(|f| / 2^-24) */
+        if (u <= 0x33000000u) return sign; /* <= 2^-25: ties to even give 0 */
+        uint32_t e = u >> 23;              /* 102..112 */
+        uint32_t m = (u & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e; /* 14..24 */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++; /* q may reach 0x400: min normal */
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = (u >> 13) - (112u << 10); /* rebias exponent 127 -> 15 */
+    uint32_t rem = u & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+/* Exact. */
+float cpu_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* Round to nearest even; NaN stays NaN (quiet bit set so it cannot become inf). */
+uint16_t cpu_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void ref_f16_to_f32_row(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+}
+
+static void ref_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
+}
+
+/* ================================================================ scalar reference kernels */
+
+/* Rows are addressed through byte pointers; these loads work at any alignment. */
+static inline float ld_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint16_t ld_u16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Float types accumulate exact products in double, as the reference engine's scalar path does. */
+static float ref_dot_f32(size_t n, const void *w, const void *a)
+{
+    const unsigned char *pw = w, *pa = a;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)ld_f32(pw + 4 * i) * (double)ld_f32(pa + 4 * i);
+    return (float)s;
+}
+
+static float ref_dot_f16(size_t n, const void *w, const void *a)
+{
+    const unsigned char *pw = w, *pa = a;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)cpu_f16_to_f32(ld_u16(pw + 2 * i)) * (double)ld_f32(pa + 4 * i);
+    return (float)s;
+}
+
+static float ref_dot_bf16(size_t n, const void *w, const void *a)
+{
+    const unsigned char *pw = w, *pa = a;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)cpu_bf16_to_f32(ld_u16(pw + 2 * i)) * (double)ld_f32(pa + 4 * i);
+    return (float)s;
+}
+
+/* Per block: exact integer dot, then sum += isum * (d_w * d_a) in float. */
+static float ref_dot_q8_0(size_t n, const void *w, const void *a)
+{
+    const unsigned char *pw = w, *pa = a;
+    float sum = 0.0f;
+    for (size_t b = 0; b < n / QK8_0; b++) {
+        const unsigned char *bw = pw + b * CPU_Q8_0_BYTES, *ba = pa + b * CPU_Q8_0_BYTES;
+        const int8_t *qw = (const int8_t *)(bw + 2), *qa = (const int8_t *)(ba + 2);
+        int isum = 0;
+        for (int k = 0; k < QK8_0; k++) isum += qw[k] * qa[k];
+        sum += (float)isum * (cpu_f16_to_f32(ld_u16(bw)) * cpu_f16_to_f32(ld_u16(ba)));
+    }
+    return sum;
+}
+
+static float ref_dot_q4_0(size_t n, const void *w, const void *a)
+{
+    const unsigned char *pw = w, *pa = a;
+    float sum = 0.0f;
+    for (size_t b = 0; b < n / QK4_0; b++) {
+        const unsigned char *bw = pw + b * CPU_Q4_0_BYTES, *ba = pa + b * CPU_Q8_0_BYTES;
+        const int8_t *qa = (const int8_t *)(ba + 2);
+        int isum = 0;
+        for (int k = 0; k < QK4_0 / 2; k++) {
+            int lo = (bw[2 + k] & 0x0f) - 8, hi = (bw[2 + k] >> 4) - 8;
+            isum += lo * qa[k] + hi * qa[k + QK4_0 / 2];
+        }
+        sum += (float)isum * (cpu_f16_to_f32(ld_u16(bw)) * cpu_f16_to_f32(ld_u16(ba)));
+    }
+    return sum;
+}
+
+static void ref_gemm_with(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                          const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    for (size_t j = 0; j < n_tok; j++) {
+        const unsigned char *aj = (const unsigned char *)a + j * a_row_bytes;
+        for (size_t r = r0; r < r1; r++) y[j * y_stride + r] = dot(n, (const unsigned char *)w + r * w_row_bytes, aj);
+    }
+}
+
+#define REF_GEMM(T)                                                                                          \
+    static void ref_gemm_##T(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a, \
+                             size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)                      \
+    {                                                                                                        \
+        ref_gemm_with(ref_dot_##T, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);           \
+    }
+REF_GEMM(f32)
+REF_GEMM(f16)
+REF_GEMM(bf16)
+REF_GEMM(q8_0)
+REF_GEMM(q4_0)
+#undef REF_GEMM
+
+/* d = max|x| / 127 (stored as f16); q = round-to-nearest-even(x * id) with id = 1/d computed
+ * from the unrounded d. The clamp keeps q in [-127, 127] (the SIMD dot products rely on it)
+ * and sends NaN to -127 exactly as the SIMD max/min instructions do. */
+static void ref_quantize_q8_0(const float *x, void *dst, size_t n)
+{
+    unsigned char *out = dst;
+    for (size_t b = 0; b < n / QK8_0; b++, out += CPU_Q8_0_BYTES) {
+        const float *xb = x + b * QK8_0;
+        float amax = 0.0f;
+        for (int k = 0; k < QK8_0; k++) {
+            float ax = fabsf(xb[k]);
+            if (ax > amax) amax = ax;
+        }
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t hd = cpu_f32_to_f16(d);
+        memcpy(out, &hd, sizeof hd);
+        for (int k = 0; k < QK8_0; k++) {
+            float v = xb[k] * id;
+            if (!(v >= -127.0f)) v = -127.0f;
+            if (v > 127.0f) v = 127.0f;
+            out[2 + k] = (unsigned char)(int8_t)(int)nearbyintf(v);
+        }
+    }
+}
+
+/* ================================================================ dispatch */
+
+enum { SLOT_F32, SLOT_F16, SLOT_BF16, SLOT_Q8_0, SLOT_Q4_0, N_SLOTS };
+
+struct kernel_set {
+    cpu_vec_dot_fn dot[N_SLOTS];
+    cpu_gemm_fn gemm[N_SLOTS];
+    void (*quantize_q8_0)(const float *x, void *dst, size_t n);
+    void (*h2f)(const uint16_t *src, float *dst, size_t n);
+    void (*f2h)(const float *src, uint16_t *dst, size_t n);
+};
+
+static const struct kernel_set g_sets[3] = {
+    [CPU_ISA_SCALAR] = {{ref_dot_f32, ref_dot_f16, ref_dot_bf16, ref_dot_q8_0, ref_dot_q4_0},
+                        {ref_gemm_f32, ref_gemm_f16, ref_gemm_bf16, ref_gemm_q8_0, ref_gemm_q4_0},
+                        ref_quantize_q8_0,
+                        ref_f16_to_f32_row,
+                        ref_f32_to_f16_row},
+    [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
+                       cpu_avx2_vec_dot_q4_0},
+                      {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
+                       cpu_avx2_gemm_q4_0},
+                      cpu_avx2_quantize_row_q8_0,
+                      cpu_avx2_f16_to_f32_row,
+                      cpu_avx2_f32_to_f16_row},
+    [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
+                         cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
+                        {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
+                         cpu_avx512_gemm_q4_0},
+                        cpu_avx512_quantize_row_q8_0,
+                        cpu_avx512_f16_to_f32_row,
+                        cpu_avx512_f32_to_f16_row},
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static enum cpu_isa g_cpu_max = CPU_ISA_SCALAR; /* written once under g_once */
+static atomic_int g_isa = -1;                   /* ISA in use; -1 until cpu_kernels_init() */
+
+static enum cpu_isa detect_cpu(void)
+{
+    enum cpu_isa isa = CPU_ISA_SCALAR;
+#if defined(__x86_64__) || defined(__i386__)
+    /* libgcc's checks include the OS saving the ymm/zmm state (XGETBV). */
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        isa = CPU_ISA_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+            isa = CPU_ISA_AVX512;
+    }
+#endif
+    return isa;
+}
+
+static void init_once(void)
+{
+    g_cpu_max = detect_cpu();
+    enum cpu_isa use = g_cpu_max;
+    const char *cap = getenv("ATTND_ISA");
+    if (cap && *cap) {
+        int want = -1;
+        for (int i = 0; i <= CPU_ISA_AVX512; i++)
+            if (!strcasecmp(cap, cpu_isa_name((enum cpu_isa)i))) want = i;
+        if (want < 0)
+            log_warn("ATTND_ISA=%s is not scalar|avx2|avx512; ignored", cap);
+        else if ((enum cpu_isa)want < use)
+            use = (enum cpu_isa)want;
+    }
+    atomic_store(&g_isa, (int)use);
+    log_debug("cpu kernels: using %s (cpu supports %s)", cpu_isa_name(use), cpu_isa_name(g_cpu_max));
+}
+
+/* Detects once (pthread_once); returns the ISA in use, which cpu_kernels_set_isa() may have changed. */
+enum cpu_isa cpu_kernels_init(void)
+{
+    pthread_once(&g_once, init_once);
+    return (enum cpu_isa)atomic_load(&g_isa);
+}
+
+/* Caps isa at what the CPU supports and switches to it for all threads. For tests/benchmarks:
+ * kernels already running on other threads finish with the ISA they started with. */
+enum cpu_isa cpu_kernels_set_isa(enum cpu_isa isa)
+{
+    pthread_once(&g_once, init_once);
+    if ((int)isa < 0) isa = CPU_ISA_SCALAR;
+    if (isa > g_cpu_max) isa = g_cpu_max;
+    atomic_store(&g_isa, (int)isa);
+    return isa;
+}
+
+/* Static string; "unknown" for values outside the enum. */
+const char *cpu_isa_name(enum cpu_isa isa)
+{
+    switch (isa) {
+    case CPU_ISA_SCALAR: return "scalar";
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+static inline const struct kernel_set *active(void)
+{
+    int i = atomic_load_explicit(&g_isa, memory_order_relaxed);
+    if (i < 0) i = (int)cpu_kernels_init();
+    return &g_sets[i];
+}
+
+static int type_slot(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_F32: return SLOT_F32;
+    case TENSOR_F16: return SLOT_F16;
+    case TENSOR_BF16: return SLOT_BF16;
+    case TENSOR_Q8_0: return SLOT_Q8_0;
+    case TENSOR_Q4_0: return SLOT_Q4_0;
+    default: return -1;
+    }
+}
+
+/* The slot of a supported type whose n fits its block size; anything else is a caller bug. */
+static int checked_slot(enum tensor_type t, size_t n)
+{
+    int s = type_slot(t);
+    ATTND_CHECK(s >= 0);
+    ATTND_CHECK(s < SLOT_Q8_0 || n % QK8_0 == 0);
+    return s;
+}
+
+/* Dispatched; every ISA gives the bits of cpu_f16_to_f32. */
+void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) { active()->h2f(src, dst, n); }
+
+/* Dispatched; every ISA gives the bits of cpu_f32_to_f16. */
+void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) { active()->f2h(src, dst, n); }
+
+/* ================================================================ public kernels */
+
+/* F32, F16, BF16, Q8_0, Q4_0. */
+int cpu_type_supported(enum tensor_type t) { return type_slot(t) >= 0; }
+
+/* TENSOR_Q8_0 for the quantized types, TENSOR_F32 otherwise (also for unsupported types). */
+enum tensor_type cpu_vec_dot_type(enum tensor_type t)
+{
+    return (t == TENSOR_Q8_0 || t == TENSOR_Q4_0) ? TENSOR_Q8_0 : TENSOR_F32;
+}
+
+/* Aborts (ATTND_CHECK) on an unsupported type or an n that is not a multiple of the block size. */
+void cpu_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    const unsigned char *p = src;
+    switch (checked_slot(t, n)) {
+    case SLOT_F32: memmove(dst, src, n * sizeof(float)); return;
+    case SLOT_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(ld_u16(p + 2 * i));
+        return;
+    case SLOT_BF16:
+        for (size_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(ld_u16(p + 2 * i));
+        return;
+    case SLOT_Q8_0:
+        for (size_t b = 0; b < n / QK8_0; b++, p += CPU_Q8_0_BYTES) {
+            float d = cpu_f16_to_f32(ld_u16(p));
+            const int8_t *q = (const int8_t *)(p + 2);
+            for (int k = 0; k < QK8_0; k++) dst[b * QK8_0 + k] = d * (float)q[k];
+        }
+        return;
+    case SLOT_Q4_0:
+        for (size_t b = 0; b < n / QK4_0; b++, p += CPU_Q4_0_BYTES) {
+            float d = cpu_f16_to_f32(ld_u16(p));
+            for (int k = 0; k < QK4_0 / 2; k++) {
+                dst[b * QK4_0 + k] = d * (float)((p[2 + k] & 0x0f) - 8);
+                dst[b * QK4_0 + k + QK4_0 / 2] = d * (float)((p[2 + k] >> 4) - 8);
+            }
+        }
+        return;
+    }
+}
+
+/* Dispatched; every ISA writes the same bytes. Aborts if n % 32 != 0. */
+void cpu_quantize_row_q8_0(const float *x, void *dst, size_t n)
+{
+    ATTND_CHECK(n % QK8_0 == 0);
+    active()->quantize_q8_0(x, dst, n);
+}
+
+/* Scalar (only mkmodel uses it). m = the value of largest magnitude, d = m / -8,
+ * q = clamp(round-to-nearest-even(x / d), -8, 7) + 8; NaN gives q = 0. */
+void cpu_quantize_row_q4_0(const float *x, void *dst, size_t n)
+{
+    ATTND_CHECK(n % QK4_0 == 0);
+    unsigned char *out = dst;
+    for (size_t b = 0; b < n / QK4_0; b++, out += CPU_Q4_0_BYTES) {
+        const float *xb = x + b * QK4_0;
+        float amax = 0.0f, m = 0.0f;
+        for (int k = 0; k < QK4_0; k++) {
+            if (fabsf(xb[k]) > amax) {
+                amax = fabsf(xb[k]);
+                m = xb[k];
+            }
+        }
+        float d = m / -8.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t hd = cpu_f32_to_f16(d);
+        memcpy(out, &hd, sizeof hd);
+        unsigned char q[QK4_0];
+        for (int k = 0; k < QK4_0; k++) {
+            float v = xb[k] * id;
+            if (!(v >= -8.0f)) v = -8.0f;
+            if (v > 7.0f) v = 7.0f;
+            q[k] = (unsigned char)((int)nearbyintf(v) + 8);
+        }
+        for (int k = 0; k < QK4_0 / 2; k++) out[2 + k] = (unsigned char)(q[k] | (q[k + QK4_0 / 2] << 4));
+    }
+}
+
+/* F32/F16/BF16 weights: copies x (dst may equal x). Q8_0/Q4_0: cpu_quantize_row_q8_0. */
+void cpu_prepare_row(enum tensor_type t, const float *x, void *dst, size_t n)
+{
+    int s = checked_slot(t, n);
+    if (s == SLOT_Q8_0 || s == SLOT_Q4_0)
+        active()->quantize_q8_0(x, dst, n);
+    else if (dst != (const void *)x)
+        memmove(dst, x, n * sizeof(float));
+}
+
+/* Dispatched dot product; aborts on an unsupported type or a partial block. */
+float cpu_vec_dot(enum tensor_type t, size_t n, const void *w, const void *a)
+{
+    int s = checked_slot(t, n);
+    return active()->dot[s](n, w, a);
+}
+
+/* Scalar reference of cpu_vec_dot (float types summed in double). */
+float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a)
+{
+    int s = checked_slot(t, n);
+    return g_sets[CPU_ISA_SCALAR].dot[s](n, w, a);
+}
+
+/* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block. */
+void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+              const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    int s = checked_slot(t, n);
+    if (r0 >= r1 || n_tok == 0) return;
+    active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* Scalar reference of cpu_gemm: one cpu_vec_dot_ref per output element. */
+void cpu_gemm_ref(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    int s = checked_slot(t, n);
+    if (r0 >= r1 || n_tok == 0) return;
+    g_sets[CPU_ISA_SCALAR].gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}

@@ -1,0 +1,463 @@
+/* kernels_avx2.c - AVX2 + FMA + F16C kernels. Built with -mavx2 -mfma -mf16c (the Makefile
+ * does that for *_avx2.c); kernels.c calls them only after cpu_kernels_init() found those
+ * instructions. Contracts: kernels_impl.h.
+ *
+ * Quantized dots (Q8_0 or Q4_0 weights against Q8_0 activations) per 32-weight block:
+ *   maddubs(|w|, sign(a, w))  -> 16 x i16 (exact: |w| <= 128, |a| <= 127)
+ *   madd(.., 1)               -> 8 x i32
+ *   acc += float(..) * (d_w * d_a)   (8 lanes, summed at the end)
+ * The GEMMs register-block 2 weight rows x 4 tokens: each weight vector is loaded (and for Q4_0
+ * unpacked) once for 4 tokens and each activation vector once for 2 rows. */
+#include "kernels/cpu/kernels_impl.h"
+
+#include "attnd/tensor.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kernels_avx2.c must be compiled with -mavx2 -mfma -mf16c"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+enum { WT_F32, WT_F16, WT_BF16 };
+
+INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE float ld_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+INLINE float ld_f16(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+INLINE float ld_bf16(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* ================================================================ float weights */
+
+/* 8 weights starting at element i of a row of type wt (a compile-time constant after inlining). */
+INLINE __m256 load_w8(int wt, const unsigned char *row, size_t i)
+{
+    if (wt == WT_F32) return _mm256_loadu_ps((const float *)(const void *)(row + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * i));
+    if (wt == WT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE float load_w1(int wt, const unsigned char *row, size_t i)
+{
+    if (wt == WT_F32) return ld_f32(row + 4 * i);
+    if (wt == WT_F16) return ld_f16(row + 2 * i);
+    return ld_bf16(row + 2 * i);
+}
+
+INLINE __m256 load_a8(const unsigned char *row, size_t i)
+{
+    return _mm256_loadu_ps((const float *)(const void *)(row + 4 * i));
+}
+
+/* One row: 4 accumulators of 8 lanes hide the FMA latency. */
+INLINE float dot_float(int wt, size_t n, const unsigned char *w, const unsigned char *a)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(load_w8(wt, w, i), load_a8(a, i), s0);
+        s1 = _mm256_fmadd_ps(load_w8(wt, w, i + 8), load_a8(a, i + 8), s1);
+        s2 = _mm256_fmadd_ps(load_w8(wt, w, i + 16), load_a8(a, i + 16), s2);
+        s3 = _mm256_fmadd_ps(load_w8(wt, w, i + 24), load_a8(a, i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_w8(wt, w, i), load_a8(a, i), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += load_w1(wt, w, i) * ld_f32(a + 4 * i);
+    return s;
+}
+
+/* R (1..2) weight rows x T (1..4) tokens over elements [k0, k1): each weight vector is loaded
+ * once for T tokens and each activation vector once for R rows. Writes (with add: adds to)
+ * y[j*ys + ri] for ri < R, j < T. */
+INLINE void tile_float(int wt, int R, int T, size_t k0, size_t k1, const unsigned char *w, size_t wrb,
+                       const unsigned char *a, size_t arb, float *y, size_t ys, int add)
+{
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int ri = 0; ri < R; ri++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[ri][j] = _mm256_setzero_ps();
+    size_t i = k0;
+    for (; i + 8 <= k1; i += 8) {
+        __m256 wv[2];
+#pragma GCC unroll 2
+        for (int ri = 0; ri < R; ri++) wv[ri] = load_w8(wt, w + ri * wrb, i);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256 av = load_a8(a + j * arb, i);
+#pragma GCC unroll 2
+            for (int ri = 0; ri < R; ri++) acc[ri][j] = _mm256_fmadd_ps(wv[ri], av, acc[ri][j]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int ri = 0; ri < R; ri++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            float s = hsum8(acc[ri][j]);
+            for (size_t k = i; k < k1; k++) s += load_w1(wt, w + ri * wrb, k) * ld_f32(a + j * arb + 4 * k);
+            y[j * ys + ri] = add ? y[j * ys + ri] + s : s;
+        }
+}
+
+INLINE void tile_float_rt(int wt, int R, int T, size_t k0, size_t k1, const unsigned char *w, size_t wrb,
+                          const unsigned char *a, size_t arb, float *y, size_t ys, int add)
+{
+    /* constant R and T per call so the tile's loops unroll into registers */
+    if (R == 2) {
+        switch (T) {
+        case 1: tile_float(wt, 2, 1, k0, k1, w, wrb, a, arb, y, ys, add); return;
+        case 2: tile_float(wt, 2, 2, k0, k1, w, wrb, a, arb, y, ys, add); return;
+        case 3: tile_float(wt, 2, 3, k0, k1, w, wrb, a, arb, y, ys, add); return;
+        default: tile_float(wt, 2, 4, k0, k1, w, wrb, a, arb, y, ys, add); return;
+        }
+    }
+    switch (T) {
+    case 1: tile_float(wt, 1, 1, k0, k1, w, wrb, a, arb, y, ys, add); return;
+    case 2: tile_float(wt, 1, 2, k0, k1, w, wrb, a, arb, y, ys, add); return;
+    case 3: tile_float(wt, 1, 3, k0, k1, w, wrb, a, arb, y, ys, add); return;
+    default: tile_float(wt, 1, 4, k0, k1, w, wrb, a, arb, y, ys, add); return;
+    }
+}
+
+#define GEMM_K 1024 /* multiple of 8 */
+
+INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
+                       size_t n_tok, float *y, size_t ys)
+{
+    const unsigned char *pw = w, *pa = a;
+    if (n_tok == 1) {
+        /* matrix-vector: one row at a time with the 4-accumulator dot */
+        for (size_t r = r0; r < r1; r++) y[r] = dot_float(wt, n, pw + r * wrb, pa);
+        return;
+    }
+    /* elements in chunks of GEMM_K so the activation chunk of all tokens (n_tok * 4 KiB for 32
+     * tokens: 128 KiB) stays in L2 while the weight rows stream by; later chunks add into y */
+    for (size_t k0 = 0; k0 < n || k0 == 0; k0 += GEMM_K) {
+        size_t k1 = n - k0 > GEMM_K ? k0 + GEMM_K : n;
+        for (size_t r = r0; r < r1; r += 2) {
+            int R = r + 1 < r1 ? 2 : 1;
+            for (size_t j = 0; j < n_tok; j += 4) {
+                int T = n_tok - j >= 4 ? 4 : (int)(n_tok - j);
+                tile_float_rt(wt, R, T, k0, k1, pw + r * wrb, wrb, pa + j * arb, arb, y + j * ys + r, ys, k0 > 0);
+            }
+        }
+    }
+}
+
+/* Vector dot of float-type weights with f32 activations. */
+float cpu_avx2_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); }
+/* F16 weights, f32 activations. */
+float cpu_avx2_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); }
+/* BF16 weights, f32 activations. */
+float cpu_avx2_vec_dot_bf16(size_t n, const void *w, const void *a) { return dot_float(WT_BF16, n, w, a); }
+
+/* GEMM, F32 weights. */
+void cpu_avx2_gemm_f32(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                       size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    gemm_float(WT_F32, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* GEMM, F16 weights. */
+void cpu_avx2_gemm_f16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                       size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    gemm_float(WT_F16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* GEMM, BF16 weights. */
+void cpu_avx2_gemm_bf16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    gemm_float(WT_BF16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* ================================================================ quantized weights */
+
+/* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
+ * 0..15, high nibbles 16..31) minus 8. */
+INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)
+{
+    if (!q4) return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
+    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES + 2));
+    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+}
+
+INLINE float scale_w(int q4, const unsigned char *row, size_t b)
+{
+    return ld_f16(row + b * (q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES));
+}
+
+/* 8 x i32 partial sums of w . a for one block; wabs = |w|. */
+INLINE __m256i idot8(__m256i w, __m256i wabs, __m256i av)
+{
+    __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+INLINE __m256i load_aq(const unsigned char *row, size_t b)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
+}
+
+/* Matrix-vector: one row over nb blocks, activation scales already in f32 (sa[b]). Two blocks
+ * per step into two accumulators halve the FMA dependency chain. */
+INLINE float dot_quant(int q4, size_t nb, const unsigned char *w, const unsigned char *a, const float *sa)
+{
+    size_t b = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+        __m256i w0 = load_wq(q4, w, b), w1 = load_wq(q4, w, b + 1);
+        __m256i p0 = idot8(w0, _mm256_abs_epi8(w0), load_aq(a, b));
+        __m256i p1 = idot8(w1, _mm256_abs_epi8(w1), load_aq(a, b + 1));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(scale_w(q4, w, b) * sa[b]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(scale_w(q4, w, b + 1) * sa[b + 1]), acc1);
+    }
+    if (b < nb) {
+        __m256i w0 = load_wq(q4, w, b);
+        __m256i p0 = idot8(w0, _mm256_abs_epi8(w0), load_aq(a, b));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(scale_w(q4, w, b) * sa[b]), acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* GEMM blocking: tokens in chunks of GEMM_TOK (groups of 4 inside), blocks in chunks of GEMM_BLK
+ * (32 * GEMM_BLK elements). Per chunk the activation scales are converted to f32 once, into
+ * scales[group][block][4], and per pair of weight rows their scales once; then the row pair
+ * walks all token groups while its chunk stays in L1, and the activation chunk (up to
+ * 32 * 128 * 34 bytes = 136 KiB) in L2. Chunks after the first add into y. */
+#define GEMM_TOK 32
+#define GEMM_BLK 128
+
+/* R (1..2) weight rows x T (1..4) tokens over nb blocks: each weight block is loaded (and
+ * unpacked) once for T tokens, each activation block once for R rows. sw: the rows' f32
+ * scales (row ri at sw + ri*GEMM_BLK); sa: the tokens' f32 scales, 4 per block. Writes (or,
+ * with add, adds to) y[j*ys + ri]. */
+INLINE void tile_quant(int q4, int R, int T, size_t nb, const unsigned char *w, size_t wrb, const unsigned char *a,
+                       size_t arb, const float *sw, const float *sa, float *y, size_t ys, int add)
+{
+    __m256 acc[2][4];
+    _Alignas(16) float s[2][4];
+#pragma GCC unroll 2
+    for (int ri = 0; ri < R; ri++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[ri][j] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m256i wv[2], wabs[2];
+        __m128 sab = _mm_load_ps(sa + 4 * b);
+#pragma GCC unroll 2
+        for (int ri = 0; ri < R; ri++) {
+            wv[ri] = load_wq(q4, w + ri * wrb, b);
+            wabs[ri] = _mm256_abs_epi8(wv[ri]);
+            /* d_w * d_a for the 4 tokens at once, stored so each lane can be broadcast by a load */
+            _mm_store_ps(s[ri], _mm_mul_ps(_mm_broadcast_ss(sw + ri * GEMM_BLK + b), sab));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256i av = load_aq(a + j * arb, b);
+#pragma GCC unroll 2
+            for (int ri = 0; ri < R; ri++) {
+                __m256i p = idot8(wv[ri], wabs[ri], av);
+                acc[ri][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&s[ri][j]), acc[ri][j]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int ri = 0; ri < R; ri++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) y[j * ys + ri] = (add ? y[j * ys + ri] : 0.0f) + hsum8(acc[ri][j]);
+}
+
+INLINE void tile_quant_rt(int q4, int R, int T, size_t nb, const unsigned char *w, size_t wrb,
+                          const unsigned char *a, size_t arb, const float *sw, const float *sa, float *y, size_t ys,
+                          int add)
+{
+    /* constant R and T per call so the tile's loops unroll into registers */
+    if (R == 2) {
+        switch (T) {
+        case 1: tile_quant(q4, 2, 1, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+        case 2: tile_quant(q4, 2, 2, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+        case 3: tile_quant(q4, 2, 3, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+        default: tile_quant(q4, 2, 4, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+        }
+    }
+    switch (T) {
+    case 1: tile_quant(q4, 1, 1, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+    case 2: tile_quant(q4, 1, 2, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+    case 3: tile_quant(q4, 1, 3, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+    default: tile_quant(q4, 1, 4, nb, w, wrb, a, arb, sw, sa, y, ys, add); return;
+    }
+}
+
+INLINE void gemm_quant(int q4, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
+                       size_t n_tok, float *y, size_t ys)
+{
+    const unsigned char *pw = w, *pa = a;
+    size_t nb = n / QK8_0, wbb = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+    _Alignas(32) float scales[GEMM_TOK / 4][GEMM_BLK][4];
+    float wscales[2][GEMM_BLK];
+    if (nb == 0) {
+        for (size_t j = 0; j < n_tok; j++)
+            for (size_t r = r0; r < r1; r++) y[j * ys + r] = 0.0f;
+        return;
+    }
+    if (n_tok == 1) {
+        /* matrix-vector: the same scale buffer, flat, one f32 scale per block */
+        float *sa = scales[0][0];
+        const size_t chunk = sizeof scales / sizeof(float);
+        for (size_t b0 = 0; b0 < nb; b0 += chunk) {
+            size_t nbc = nb - b0 < chunk ? nb - b0 : chunk;
+            for (size_t b = 0; b < nbc; b++) sa[b] = ld_f16(pa + (b0 + b) * CPU_Q8_0_BYTES);
+            const unsigned char *ac = pa + b0 * CPU_Q8_0_BYTES;
+            for (size_t r = r0; r < r1; r++) {
+                float v = dot_quant(q4, nbc, pw + r * wrb + b0 * wbb, ac, sa);
+                y[r] = b0 ? y[r] + v : v;
+            }
+        }
+        return;
+    }
+    for (size_t t0 = 0; t0 < n_tok; t0 += GEMM_TOK) {
+        size_t nt = n_tok - t0 < GEMM_TOK ? n_tok - t0 : GEMM_TOK, ng = (nt + 3) / 4;
+        for (size_t b0 = 0; b0 < nb; b0 += GEMM_BLK) {
+            size_t nbc = nb - b0 < GEMM_BLK ? nb - b0 : GEMM_BLK;
+            for (size_t g = 0; g < ng; g++)
+                for (size_t b = 0; b < nbc; b++)
+                    for (size_t l = 0; l < 4; l++) {
+                        size_t j = t0 + 4 * g + l;
+                        scales[g][b][l] = j < n_tok ? ld_f16(pa + j * arb + (b0 + b) * CPU_Q8_0_BYTES) : 0.0f;
+                    }
+            for (size_t r = r0; r < r1; r += 2) {
+                int R = r + 1 < r1 ? 2 : 1;
+                const unsigned char *wr = pw + r * wrb + b0 * wbb;
+                for (int ri = 0; ri < R; ri++)
+                    for (size_t b = 0; b < nbc; b++) wscales[ri][b] = scale_w(q4, wr + ri * wrb, b);
+                for (size_t g = 0; g < ng; g++) {
+                    size_t j = t0 + 4 * g;
+                    int T = n_tok - j >= 4 ? 4 : (int)(n_tok - j);
+                    tile_quant_rt(q4, R, T, nbc, wr, wrb, pa + j * arb + b0 * CPU_Q8_0_BYTES, arb, wscales[0],
+                                  scales[g][0], y + j * ys + r, ys, b0 > 0);
+                }
+            }
+        }
+    }
+}
+
+/* Q8_0 weights x Q8_0 activations (the one-row case of the GEMM). */
+float cpu_avx2_vec_dot_q8_0(size_t n, const void *w, const void *a)
+{
+    float y = 0.0f;
+    gemm_quant(0, n, w, 0, 0, 1, a, 0, 1, &y, 0);
+    return y;
+}
+
+/* Q4_0 weights x Q8_0 activations (the one-row case of the GEMM). */
+float cpu_avx2_vec_dot_q4_0(size_t n, const void *w, const void *a)
+{
+    float y = 0.0f;
+    gemm_quant(1, n, w, 0, 0, 1, a, 0, 1, &y, 0);
+    return y;
+}
+
+/* GEMM, Q8_0 weights. */
+void cpu_avx2_gemm_q8_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    gemm_quant(0, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* GEMM, Q4_0 weights. */
+void cpu_avx2_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    gemm_quant(1, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* ================================================================ quantize, conversions */
+
+/* Same arithmetic as the scalar version, step for step: max|x| ignoring NaN (max_ps returns its
+ * second operand when the first is NaN), d and id in scalar float, x*id, clamp to +-127 (NaN ->
+ * -127), round to nearest even. */
+void cpu_avx2_quantize_row_q8_0(const float *x, void *dst, size_t n)
+{
+    unsigned char *out = dst;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t b = 0; b < n / QK8_0; b++, out += CPU_Q8_0_BYTES) {
+        const float *xb = x + b * QK8_0;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(_mm256_and_ps(v[k], absmask), m);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t hd = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(out, &hd, sizeof hd);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], vid), lo), hi);
+            t = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q[k] = _mm256_cvttps_epi32(t);
+        }
+        /* packs work per 128-bit lane; the permute puts the 8 dwords back in element order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, order);
+        _mm256_storeu_si256((__m256i *)(void *)(out + 2), p);
+    }
+}
+
+/* F16C conversion; bit-identical to cpu_f16_to_f32. */
+void cpu_avx2_f16_to_f32_row(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+
+/* F16C conversion (round to nearest even); bit-identical to cpu_f32_to_f16. */
+void cpu_avx2_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
