@@ -39,12 +39,16 @@ int fwd_n_ctx(const struct fwd_ctx *c);
 void fwd_truncate(struct fwd_ctx *c, int n_past);
 int fwd_n_threads(const struct fwd_ctx *c);
 
-/* Attention probe: while set, fwd_eval() stores each evaluated token's post-RoPE query
- * vectors of every layer and head into q_out[(layer * n_ctx + pos) * n_head * head_dim ...]
- * (caller-owned, n_layer * n_ctx * n_head * head_dim floats), and each layer's attention
- * output (before W_o) into att_out[(layer * n_ctx + pos) * n_head * head_dim ...] when not NULL.
- * Pass NULLs to stop. */
-void fwd_set_probe(struct fwd_ctx *c, float *q_out, float *att_out);
+/* Attention probe: while set, fwd_eval() stores, for one layer, each evaluated token's
+ * post-RoPE query vectors (all heads) into q_out[pos * n_head * head_dim ...] and the layer's
+ * attention output (before W_o) into att_out[pos * n_head * head_dim ...] (either may be NULL;
+ * both caller-owned, n_ctx * n_head * head_dim floats). layer < 0 stops probing. */
+void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out);
+/* Causal attention weights of query head `head` at `layer` for the queries q (n rows of
+ * n_head * head_dim floats, as the probe stores them) against the cached keys 0..i for row i:
+ * exactly the numbers the forward pass used. Writes n(n+1)/2 floats, row by row. The cache
+ * must still hold those n positions. */
+void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights);
 /* The cached key and value vectors of one layer and KV head at pos (head_dim floats each). */
 const float *fwd_cache_k(const struct fwd_ctx *c, int layer, int pos, int kv_head);
 const float *fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head);

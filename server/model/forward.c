@@ -45,6 +45,7 @@ struct fwd_ctx {
     float *scores; /* (n_threads, n_ctx) attention scores per thread */
     double *rope_inv_freq; /* (n_rot / 2) */
     /* attention probe */
+    int probe_layer;
     float *probe_q, *probe_att;
 };
 
@@ -91,6 +92,7 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     struct fwd_ctx *c = calloc(1, sizeof *c);
     if (!c) return ATTND_ERR_NOMEM;
     c->m = m;
+    c->probe_layer = -1;
     c->n_ctx = o.n_ctx;
     c->n_batch = o.n_batch;
     attnd_status st = tpool_create(o.n_threads, &c->pool);
@@ -139,10 +141,11 @@ void fwd_truncate(struct fwd_ctx *c, int n_past)
     if (n_past >= 0 && n_past < c->n_past) c->n_past = n_past;
 }
 
-void fwd_set_probe(struct fwd_ctx *c, float *q_out, float *att_out)
+void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out)
 {
-    c->probe_q = q_out;
-    c->probe_att = att_out;
+    c->probe_layer = layer;
+    c->probe_q = layer >= 0 ? q_out : NULL;
+    c->probe_att = layer >= 0 ? att_out : NULL;
 }
 
 const float *fwd_cache_k(const struct fwd_ctx *c, int layer, int pos, int kv_head)
@@ -265,6 +268,29 @@ struct attn_job {
     int layer, n_tok;
 };
 
+/* Softmax weights of one query over keys 0..n_keys-1 of KV head kh: w[p] = softmax(q·k_p·scale).
+ * The one place these numbers are computed, for the forward pass and for /attention alike. */
+static void attn_weights(const float *q, const float *kl, size_t kvw, int kh, int hd, int n_keys, float scale,
+                         float *w)
+{
+    float mx = -INFINITY;
+    for (int p = 0; p < n_keys; p++) {
+        const float *k = kl + (size_t)p * kvw + (size_t)kh * hd;
+        float s = 0;
+        for (int i = 0; i < hd; i++) s += q[i] * k[i];
+        s *= scale;
+        w[p] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+    for (int p = 0; p < n_keys; p++) {
+        w[p] = expf(w[p] - mx);
+        sum += w[p];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int p = 0; p < n_keys; p++) w[p] *= inv;
+}
+
 /* Causal GQA attention for every (token, query head) pair of the batch. */
 static void attn_run(void *arg, int ith, int nth)
 {
@@ -283,28 +309,28 @@ static void attn_run(void *arg, int ith, int nth)
         int t = (int)(w / H), h = (int)(w % H), kh = h / group;
         int n_keys = c->n_past + t + 1;
         const float *q = c->q + (size_t)t * H * hd + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int p = 0; p < n_keys; p++) {
-            const float *k = kl + (size_t)p * kvw + (size_t)kh * hd;
-            float s = 0;
-            for (int i = 0; i < hd; i++) s += q[i] * k[i];
-            s *= scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
-        double sum = 0;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = (float)(1.0 / sum);
+        attn_weights(q, kl, kvw, kh, hd, n_keys, scale, sc);
         float *o = c->att + (size_t)t * H * hd + (size_t)h * hd;
         for (int i = 0; i < hd; i++) o[i] = 0;
         for (int p = 0; p < n_keys; p++) {
             const float *v = vl + (size_t)p * kvw + (size_t)kh * hd;
-            float wgt = sc[p] * inv;
+            float wgt = sc[p];
             for (int i = 0; i < hd; i++) o[i] += wgt * v[i];
         }
+    }
+}
+
+void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, H = hp->n_head, kh = head / (hp->n_head / hp->n_head_kv);
+    const size_t kvw = kv_width(c->m);
+    const float *kl = c->k_cache + (size_t)layer * c->n_ctx * kvw;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        attn_weights(q + (size_t)i * H * hd + (size_t)head * hd, kl, kvw, kh, hd, i + 1, 1.0f / sqrtf((float)hd),
+                     weights + off);
+        off += (size_t)i + 1;
     }
 }
 
@@ -344,15 +370,13 @@ static void eval_chunk(struct fwd_ctx *c, const int32_t *tokens, int T, bool all
             size_t off = ((size_t)l * c->n_ctx + (size_t)pos) * nkv;
             memcpy(c->k_cache + off, c->k + (size_t)t * nkv, nkv * sizeof(float));
             memcpy(c->v_cache + off, c->v + (size_t)t * nkv, nkv * sizeof(float));
-            if (c->probe_q)
-                memcpy(c->probe_q + ((size_t)l * c->n_ctx + (size_t)pos) * nq, c->q + (size_t)t * nq,
-                       nq * sizeof(float));
+            if (c->probe_q && l == c->probe_layer)
+                memcpy(c->probe_q + (size_t)pos * nq, c->q + (size_t)t * nq, nq * sizeof(float));
         }
         struct attn_job aj = {c, l, T};
         tpool_run(c->pool, attn_run, &aj);
-        if (c->probe_att)
-            memcpy(c->probe_att + ((size_t)l * c->n_ctx + (size_t)c->n_past) * nq, c->att,
-                   (size_t)T * nq * sizeof(float));
+        if (c->probe_att && l == c->probe_layer)
+            memcpy(c->probe_att + (size_t)c->n_past * nq, c->att, (size_t)T * nq * sizeof(float));
         matmul(c, &L->wo, c->att, (size_t)T, c->h, NULL);
         for (size_t i = 0; i < (size_t)T * d; i++) c->x[i] += c->h[i];
 
