@@ -25,5 +25,6 @@ done
 echo
 echo "Reference engine on this machine (2 threads): q8_0 pp128 370, tg 59; f16 pp128 417, tg 49 tokens/s."
 for b in "$BUILD"/bench/bench_*; do
+  [ -x "$b" ] && [ "${b%.d}" = "$b" ] || continue
   case $(basename "$b") in bench_model) ;; *) echo; "$b";; esac
 done
