@@ -113,7 +113,7 @@ static void check_case(const struct model *m, cJSON *cs, double tol, const char 
 
 int main(void)
 {
-    char dir[1024], path[1200];
+    char dir[1024], path[1600];
     snprintf(dir, sizeof dir, "%s/golden", t_shared());
     DIR *d = opendir(dir);
     if (!d) {
