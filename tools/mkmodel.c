@@ -247,7 +247,9 @@ static int fill(void *ud, int idx, void *buf, size_t nbytes)
     uint64_t bytes_row;
     if (tensor_nbytes(k->wtype, n_in, &bytes_row)) return -1;
     size_t rows = nbytes / (size_t)bytes_row;
-    float scale = strstr(name, "token_embd") ? 1.0f : sqrtf(3.0f / (float)n_in);
+    /* an untied embedding only feeds RMSNorm, so unit scale; a tied one is also the output
+     * layer, whose logits should stay O(1) like every other product */
+    float scale = strstr(name, "token_embd") && !k->tied ? 1.0f : sqrtf(3.0f / (float)n_in);
     float *row = malloc(n_in * sizeof(float));
     if (!row) return -1;
     for (size_t r = 0; r < rows; r++) {
