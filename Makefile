@@ -39,7 +39,7 @@ LIB     := $(BUILD)/libattnd.a
 BIN     := $(BUILD)/attnd
 
 .PHONY: all help deps test unit-test asan-test golden-test gguf-js-test bench run clean
-all: $(BIN) $(TESTS) $(BENCHES)
+all: $(BIN) $(TESTS) $(BENCHES) ## build attnd, the tests and the benchmarks (VARIANT=release|debug|asan)
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | sort

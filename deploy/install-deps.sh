@@ -2,18 +2,20 @@
 # Installs every Debian package attnd needs to build, test and run.
 # Used by .ci/run, the Dockerfile and `make deps`; safe to run twice.
 #   deploy/install-deps.sh          build + test packages (default)
-#   deploy/install-deps.sh runtime  only what the daemon needs at run time
+#   deploy/install-deps.sh runtime  only what the daemon needs at run time (+ curl for health checks)
+#   deploy/install-deps.sh build    build + test packages without Node.js (the Dockerfile's build stage)
 set -eu
 mode=${1:-all}
 
-runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1 mesa-vulkan-drivers ca-certificates"
+runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1 mesa-vulkan-drivers ca-certificates curl"
 build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev libpcre2-dev \
 libvulkan-dev glslang-tools vulkan-validationlayers vulkan-tools mesa-vulkan-drivers \
 python3 python3-yaml python3-requests curl"
 
 case "$mode" in
   runtime) pkgs=$runtime ;;
-  *) pkgs="$runtime $build" ;;
+  build|all) pkgs="$runtime $build" ;;
+  *) echo "usage: $0 [all|build|runtime]" >&2; exit 2 ;;
 esac
 
 missing=""
@@ -21,7 +23,7 @@ for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 # Node.js (for the independent GGUF parser test) only where none is installed.
-if [ "$mode" != runtime ] && ! command -v npm >/dev/null 2>&1; then missing="$missing nodejs npm"; fi
+if [ "$mode" = all ] && ! command -v npm >/dev/null 2>&1; then missing="$missing nodejs npm"; fi
 if [ -z "$missing" ]; then
   echo "install-deps: all packages present"
   exit 0

@@ -13,6 +13,7 @@ struct subcommand {
 static const struct subcommand g_cmds[] = {
     {"info", cmd_info, "print a GGUF file's metadata and tensor table"},
     {"mkmodel", cmd_mkmodel, "write a GGUF model with seeded random weights"},
+    {"serve", cmd_serve, "serve completions and attention maps over HTTP"},
     {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
