@@ -59,10 +59,10 @@ int main(int argc, char **argv)
     double v[100];
     int pp[] = {128, 512};
     for (int k = 0; k < 2; k++) {
-        fwd_truncate(c, 0);
+        fwd_reset(c);
         fwd_eval(c, toks, 16, false, logits); /* warm-up */
         for (int r = 0; r < reps; r++) {
-            fwd_truncate(c, 0);
+            fwd_reset(c);
             double t0 = now();
             fwd_eval(c, toks, pp[k], false, logits);
             v[r] = pp[k] / (now() - t0);
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
     }
     const int ng = 64;
     for (int r = 0; r < reps; r++) {
-        fwd_truncate(c, 0);
+        fwd_reset(c);
         int32_t t = toks[0];
         double t0 = now();
         for (int i = 0; i < ng; i++) {

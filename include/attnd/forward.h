@@ -1,7 +1,14 @@
-/* forward.h - the transformer forward pass on the CPU, with a simple contiguous KV cache.
+/* forward.h - the transformer forward pass on the CPU over the paged KV cache.
  *
- * A forward context owns one sequence's KV cache and scratch buffers, and a thread pool.
- * It is not thread-safe: one caller at a time. Several contexts may share one model. */
+ * fwd_eval_batch() runs one step for a batch of sequences at once: every sequence contributes
+ * a run of new tokens (a prompt chunk or one decode token); the matrix products read each
+ * weight once for all tokens of the step, and attention reads each sequence's keys and values
+ * through its block table (FlashAttention-2 kernel).
+ *
+ * For single-sequence callers (score, run, tests, attention maps) a context also owns a private
+ * KV cache and sequence: fwd_eval() appends tokens to it.
+ *
+ * A context is not thread-safe: one caller at a time. Several contexts may share one model. */
 #ifndef ATTND_FORWARD_H
 #define ATTND_FORWARD_H
 
@@ -10,11 +17,17 @@
 
 #include "attnd/model.h"
 #include "attnd/status.h"
+#include "attnd/tensor.h"
+
+struct kv_cache;
+struct kv_seq;
 
 struct fwd_opts {
-    int n_ctx;     /* KV cache capacity in tokens (0: min(model's context_length, 4096)) */
-    int n_threads; /* worker threads including the caller (0: online CPUs) */
-    int n_batch;   /* most tokens evaluated in one pass; longer inputs are chunked (0: 256) */
+    int n_ctx;                 /* private cache capacity in tokens (0: min(model's context_length, 4096));
+                                  -1: no private cache (batch use only) */
+    int n_threads;             /* worker threads including the caller (0: online CPUs) */
+    int n_batch;               /* most tokens in one step; fwd_eval chunks longer inputs (0: 256) */
+    enum tensor_type kv_type;  /* private cache element type: TENSOR_F32 (default) or TENSOR_F16 */
 };
 
 struct fwd_ctx;
@@ -25,32 +38,47 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
 /* fwd_destroy(NULL) is a no-op. */
 void fwd_destroy(struct fwd_ctx *c);
 
-/* Appends n tokens at positions [n_past, n_past + n) and runs the model over them.
- * logits: if all_logits, n rows of n_vocab floats (row i = distribution after token i);
- * otherwise one row for the last token. May be NULL (only fills the cache).
- * Returns ATTND_ERR_RANGE if the cache would overflow, ATTND_ERR_INVALID for a token id
- * outside the vocabulary (nothing is changed in either case). */
+/* One sequence's share of a step. */
+struct fwd_seq {
+    struct kv_seq *kv;     /* its paged-cache sequence; the n tokens below must be its last n
+                              appended (kv_seq_append) and not yet computed */
+    const int32_t *tokens; /* n new tokens */
+    int n;
+    float *logits;         /* NULL, or n_vocab floats for the last token (n * n_vocab if all_logits) */
+    bool all_logits;
+};
+
+/* Runs the model over every sequence's new tokens (at most n_batch in all), writes their K/V
+ * into the cache and commits them (kv_seq_commit), and fills the requested logits. Returns
+ * ATTND_ERR_INVALID for a token outside the vocabulary or more than n_batch tokens (nothing is
+ * computed then). */
+attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs);
+
+/* Private sequence: appends n tokens at positions [n_past, n_past + n) and runs them (chunked
+ * by n_batch). logits: if all_logits, n rows of n_vocab floats (row i = distribution after
+ * token i); otherwise one row for the last token; may be NULL. Returns ATTND_ERR_RANGE if the
+ * cache would overflow, ATTND_ERR_INVALID for a token id outside the vocabulary (nothing is
+ * changed in either case). */
 attnd_status fwd_eval(struct fwd_ctx *c, const int32_t *tokens, int n, bool all_logits, float *logits);
 
-/* Tokens in the cache. */
+/* Tokens in the private cache. */
 int fwd_n_past(const struct fwd_ctx *c);
 int fwd_n_ctx(const struct fwd_ctx *c);
-/* Forgets positions >= n_past (0 clears the cache). */
-void fwd_truncate(struct fwd_ctx *c, int n_past);
+/* Empties the private cache. */
+void fwd_reset(struct fwd_ctx *c);
 int fwd_n_threads(const struct fwd_ctx *c);
+int fwd_n_batch(const struct fwd_ctx *c);
 
-/* Attention probe: while set, fwd_eval() stores, for one layer, each evaluated token's
- * post-RoPE query vectors (all heads) into q_out[pos * n_head * head_dim ...] and the layer's
- * attention output (before W_o) into att_out[pos * n_head * head_dim ...] (either may be NULL;
- * both caller-owned, n_ctx * n_head * head_dim floats). layer < 0 stops probing. */
+/* Attention probe (private sequence): while set, fwd_eval() stores, for one layer, each
+ * evaluated token's post-RoPE query vectors (all heads) into q_out[pos * n_head * head_dim ...]
+ * and the layer's attention output (before W_o) into att_out[pos * n_head * head_dim ...]
+ * (either may be NULL; both caller-owned, n_ctx * n_head * head_dim floats). layer < 0 stops. */
 void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out);
-/* Causal attention weights of query head `head` at `layer` for the queries q (n rows of
- * n_head * head_dim floats, as the probe stores them) against the cached keys 0..i for row i:
- * exactly the numbers the forward pass used. Writes n(n+1)/2 floats, row by row. The cache
- * must still hold those n positions. */
+/* Causal attention weights softmax(q·kᵀ/√d) of query head `head` at `layer` for the queries q
+ * (n rows of n_head * head_dim floats, as the probe stores them) against the private cache's
+ * keys 0..i for row i. Writes n(n+1)/2 floats, row by row. */
 void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights);
-/* The cached key and value vectors of one layer and KV head at pos (head_dim floats each). */
-const float *fwd_cache_k(const struct fwd_ctx *c, int layer, int pos, int kv_head);
-const float *fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head);
+/* The private cache's value vector of one layer, position and KV head, as f32 (head_dim floats). */
+void fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head, float *out);
 
 #endif

@@ -1,18 +1,20 @@
 /* forward.c - the llama/qwen2 transformer forward pass on the CPU.
  *
- * One call evaluates a batch of T consecutive tokens of one sequence:
+ * One step evaluates T tokens drawn from one or more sequences (prompt chunks and decode
+ * tokens mixed):
  *   1. x = token_embd[tokens]                                  // (T, d)
  *   2. per layer:
  *        h = RMSNorm(x) * attn_norm
  *        q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv)          // (T, H*hd) (T, Hkv*hd) x2
- *        RoPE(q, k) at positions n_past..n_past+T-1
- *        cache[k, v] at those positions
- *        a = causal GQA attention of q over the cache           // (T, H*hd)
+ *        RoPE(q, k) at each token's position in its sequence
+ *        k, v -> the paged KV cache (each sequence's block table)
+ *        a = causal GQA FlashAttention-2 of q over each sequence's cache   // (T, H*hd)
  *        x += a·Woᵀ
  *        h = RMSNorm(x) * ffn_norm
  *        x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ
- *   3. logits = RMSNorm(x) * output_norm · Woutᵀ                // (T or 1, V)
- * Matrix products and attention are split over the thread pool.
+ *   3. logits = RMSNorm(x) * output_norm · Woutᵀ for the rows asked for   // (rows, V)
+ * The matrix products read each weight once per step for all T tokens; products and attention
+ * are split over the thread pool.
  */
 #include "attnd/forward.h"
 
@@ -22,15 +24,19 @@
 #include <unistd.h>
 
 #include "attnd/check.h"
+#include "attnd/kvcache.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
 
 struct fwd_ctx {
     const struct model *m;
     struct tpool *pool;
-    int n_ctx, n_batch, n_past;
-    /* KV cache, f32: (layer, n_ctx, n_head_kv * head_dim) */
-    float *k_cache, *v_cache;
+    int n_batch;
+    /* private cache and sequence (fwd_eval); NULL when created with n_ctx = -1 */
+    struct kv_cache *kv;
+    struct kv_seq *seq;
+    int n_ctx;
     /* scratch, sized for n_batch tokens */
     float *x;      /* (B, d) residual stream */
     float *h;      /* (B, max(d, nq)) normed input */
@@ -42,7 +48,12 @@ struct fwd_ctx {
     float *up;     /* (B, ff) */
     void *prep;    /* (B, prepared row of max(d, ff, nq)) */
     size_t prep_row_max;
-    float *scores; /* (n_threads, n_ctx) attention scores per thread */
+    int32_t *pos;  /* (B) position of each token in its sequence */
+    struct fa2_seq *fseqs; /* (B) at most one per token */
+    float *fa2_scratch;
+    size_t fa2_scratch_n;
+    float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
+    size_t logit_rows;
     double *rope_inv_freq; /* (n_rot / 2) */
     /* attention probe */
     int probe_layer;
@@ -55,8 +66,8 @@ void fwd_destroy(struct fwd_ctx *c)
 {
     if (!c) return;
     tpool_destroy(c->pool);
-    free(c->k_cache);
-    free(c->v_cache);
+    kv_seq_destroy(c->seq);
+    kv_destroy(c->kv);
     free(c->x);
     free(c->h);
     free(c->q);
@@ -66,7 +77,10 @@ void fwd_destroy(struct fwd_ctx *c)
     free(c->gate);
     free(c->up);
     free(c->prep);
-    free(c->scores);
+    free(c->pos);
+    free(c->fseqs);
+    free(c->fa2_scratch);
+    free(c->logits);
     free(c->rope_inv_freq);
     free(c);
 }
@@ -78,7 +92,8 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     *out = NULL;
     struct fwd_opts o = opts ? *opts : (struct fwd_opts){0};
     const struct model_hparams *hp = &m->hp;
-    if (o.n_ctx < 0 || o.n_threads < 0 || o.n_batch < 0 || o.n_threads > 256 || o.n_ctx > (1 << 22))
+    if (o.n_ctx < -1 || o.n_threads < 0 || o.n_batch < 0 || o.n_threads > 256 || o.n_ctx > (1 << 22) ||
+        o.n_batch > (1 << 16) || (o.kv_type != TENSOR_F32 && o.kv_type != TENSOR_F16))
         return ATTND_ERR_INVALID;
     if (o.n_ctx == 0) o.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (o.n_threads == 0) {
@@ -86,22 +101,27 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
         o.n_threads = n > 0 && n < 256 ? (int)n : 1;
     }
     if (o.n_batch == 0) o.n_batch = 256;
-    if (o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
+    if (o.n_ctx > 0 && o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
     cpu_kernels_init();
 
     struct fwd_ctx *c = calloc(1, sizeof *c);
     if (!c) return ATTND_ERR_NOMEM;
     c->m = m;
     c->probe_layer = -1;
-    c->n_ctx = o.n_ctx;
     c->n_batch = o.n_batch;
+    c->n_ctx = o.n_ctx > 0 ? o.n_ctx : 0;
     attnd_status st = tpool_create(o.n_threads, &c->pool);
     if (st) goto fail;
+    if (o.n_ctx > 0) {
+        struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim,
+                                            kv_blocks_for_tokens((size_t)o.n_ctx));
+        ko.type = o.kv_type;
+        if ((st = kv_create(&ko, &c->kv))) goto fail;
+        size_t cached;
+        if ((st = kv_seq_create(c->kv, NULL, 0, (size_t)o.n_ctx, &c->seq, &cached))) goto fail;
+    }
     size_t B = (size_t)o.n_batch, d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim,
            nkv = kv_width(m), ff = (size_t)hp->n_ff;
-    size_t cache = (size_t)hp->n_layer * (size_t)o.n_ctx * nkv;
-    c->k_cache = calloc(cache, sizeof(float));
-    c->v_cache = calloc(cache, sizeof(float));
     c->x = malloc(B * d * sizeof(float));
     c->h = malloc(B * (d > nq ? d : nq) * sizeof(float));
     c->q = malloc(B * nq * sizeof(float));
@@ -113,10 +133,11 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     /* a prepared row is at most 4 bytes per element (f32) */
     c->prep_row_max = max3(d, ff, nq) * sizeof(float);
     c->prep = malloc(B * c->prep_row_max);
-    c->scores = malloc((size_t)o.n_threads * (size_t)o.n_ctx * sizeof(float));
+    c->pos = malloc(B * sizeof *c->pos);
+    c->fseqs = malloc(B * sizeof *c->fseqs);
     c->rope_inv_freq = malloc((size_t)(hp->n_rot / 2 + 1) * sizeof(double));
-    if (!c->k_cache || !c->v_cache || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
-        !c->prep || !c->scores || !c->rope_inv_freq) {
+    if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->prep || !c->pos ||
+        !c->fseqs || !c->rope_inv_freq) {
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
@@ -132,13 +153,19 @@ fail:
     return st;
 }
 
-int fwd_n_past(const struct fwd_ctx *c) { return c->n_past; }
+int fwd_n_past(const struct fwd_ctx *c) { return c->seq ? (int)kv_seq_len(c->seq) : 0; }
 int fwd_n_ctx(const struct fwd_ctx *c) { return c->n_ctx; }
 int fwd_n_threads(const struct fwd_ctx *c) { return tpool_size(c->pool); }
+int fwd_n_batch(const struct fwd_ctx *c) { return c->n_batch; }
 
-void fwd_truncate(struct fwd_ctx *c, int n_past)
+void fwd_reset(struct fwd_ctx *c)
 {
-    if (n_past >= 0 && n_past < c->n_past) c->n_past = n_past;
+    if (!c->kv || kv_seq_len(c->seq) == 0) return;
+    kv_seq_destroy(c->seq);
+    c->seq = NULL;
+    size_t cached;
+    /* cannot fail: the sequence just freed held at least as much */
+    ATTND_CHECK(kv_seq_create(c->kv, NULL, 0, (size_t)c->n_ctx, &c->seq, &cached) == ATTND_OK);
 }
 
 void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out)
@@ -148,16 +175,60 @@ void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out)
     c->probe_att = layer >= 0 ? att_out : NULL;
 }
 
-const float *fwd_cache_k(const struct fwd_ctx *c, int layer, int pos, int kv_head)
+/* Pointer to the K (or V) vector of one position and KV head in a paged pool. */
+static const unsigned char *kv_at(const struct kv_cache *kv, const void *base, const int32_t *table, int pos, int kvh,
+                                  int hd)
 {
-    size_t w = kv_width(c->m);
-    return c->k_cache + ((size_t)layer * c->n_ctx + (size_t)pos) * w + (size_t)kv_head * c->m->hp.head_dim;
+    size_t es = kv_type(kv) == TENSOR_F16 ? 2 : 4;
+    return (const unsigned char *)base + (size_t)table[pos / KV_BLOCK_SIZE] * kv_block_stride(kv) +
+           ((size_t)kvh * KV_BLOCK_SIZE + (size_t)(pos % KV_BLOCK_SIZE)) * (size_t)hd * es;
 }
 
-const float *fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head)
+static void to_f32(enum tensor_type t, const unsigned char *src, float *dst, int n)
 {
-    size_t w = kv_width(c->m);
-    return c->v_cache + ((size_t)layer * c->n_ctx + (size_t)pos) * w + (size_t)kv_head * c->m->hp.head_dim;
+    if (t == TENSOR_F16) cpu_f16_to_f32_row((const uint16_t *)(const void *)src, dst, (size_t)n);
+    else memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, H = hp->n_head, kh = head / (hp->n_head / hp->n_head_kv);
+    const void *kb = kv_k_base(c->kv, layer);
+    const int32_t *table = kv_seq_block_table(c->seq);
+    float *krow = malloc((size_t)hd * sizeof(float));
+    double *sc = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (!krow || !sc) {
+        free(krow);
+        free(sc);
+        memset(weights, 0, (size_t)n * (size_t)(n + 1) / 2 * sizeof(float));
+        return;
+    }
+    const double scale = 1.0 / sqrt((double)hd);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const float *qi = q + (size_t)i * H * hd + (size_t)head * hd;
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p <= i; p++) {
+            to_f32(kv_type(c->kv), kv_at(c->kv, kb, table, p, kh, hd), krow, hd);
+            double s = 0;
+            for (int e = 0; e < hd; e++) s += (double)qi[e] * krow[e];
+            sc[p] = s * scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        for (int p = 0; p <= i; p++) sum += (sc[p] = exp(sc[p] - mx));
+        for (int p = 0; p <= i; p++) weights[off + (size_t)p] = (float)(sc[p] / sum);
+        off += (size_t)i + 1;
+    }
+    free(krow);
+    free(sc);
+}
+
+void fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head, float *out)
+{
+    const int hd = c->m->hp.head_dim;
+    to_f32(kv_type(c->kv), kv_at(c->kv, kv_v_base(c->kv, layer), kv_seq_block_table(c->seq), pos, kv_head, hd), out,
+           hd);
 }
 
 /* ---- parallel pieces -------------------------------------------------------------------- */
@@ -263,91 +334,65 @@ static void rope(const struct fwd_ctx *c, float *v, int n_heads, int pos)
     }
 }
 
-struct attn_job {
-    struct fwd_ctx *c;
-    int layer, n_tok;
-};
-
-/* Softmax weights of one query over keys 0..n_keys-1 of KV head kh: w[p] = softmax(q·k_p·scale).
- * The one place these numbers are computed, for the forward pass and for /attention alike. */
-static void attn_weights(const float *q, const float *kl, size_t kvw, int kh, int hd, int n_keys, float scale,
-                         float *w)
-{
-    float mx = -INFINITY;
-    for (int p = 0; p < n_keys; p++) {
-        const float *k = kl + (size_t)p * kvw + (size_t)kh * hd;
-        float s = 0;
-        for (int i = 0; i < hd; i++) s += q[i] * k[i];
-        s *= scale;
-        w[p] = s;
-        if (s > mx) mx = s;
-    }
-    double sum = 0;
-    for (int p = 0; p < n_keys; p++) {
-        w[p] = expf(w[p] - mx);
-        sum += w[p];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int p = 0; p < n_keys; p++) w[p] *= inv;
-}
-
-/* Causal GQA attention for every (token, query head) pair of the batch. */
-static void attn_run(void *arg, int ith, int nth)
-{
-    struct attn_job *j = arg;
-    struct fwd_ctx *c = j->c;
-    const struct model_hparams *hp = &c->m->hp;
-    const int hd = hp->head_dim, H = hp->n_head, group = hp->n_head / hp->n_head_kv;
-    const size_t kvw = kv_width(c->m);
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *sc = c->scores + (size_t)ith * c->n_ctx;
-    const float *kl = c->k_cache + (size_t)j->layer * c->n_ctx * kvw;
-    const float *vl = c->v_cache + (size_t)j->layer * c->n_ctx * kvw;
-    size_t lo, hi;
-    split((size_t)j->n_tok * H, 1, ith, nth, &lo, &hi);
-    for (size_t w = lo; w < hi; w++) {
-        int t = (int)(w / H), h = (int)(w % H), kh = h / group;
-        int n_keys = c->n_past + t + 1;
-        const float *q = c->q + (size_t)t * H * hd + (size_t)h * hd;
-        attn_weights(q, kl, kvw, kh, hd, n_keys, scale, sc);
-        float *o = c->att + (size_t)t * H * hd + (size_t)h * hd;
-        for (int i = 0; i < hd; i++) o[i] = 0;
-        for (int p = 0; p < n_keys; p++) {
-            const float *v = vl + (size_t)p * kvw + (size_t)kh * hd;
-            float wgt = sc[p];
-            for (int i = 0; i < hd; i++) o[i] += wgt * v[i];
-        }
-    }
-}
-
-void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights)
-{
-    const struct model_hparams *hp = &c->m->hp;
-    const int hd = hp->head_dim, H = hp->n_head, kh = head / (hp->n_head / hp->n_head_kv);
-    const size_t kvw = kv_width(c->m);
-    const float *kl = c->k_cache + (size_t)layer * c->n_ctx * kvw;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        attn_weights(q + (size_t)i * H * hd + (size_t)head * hd, kl, kvw, kh, hd, i + 1, 1.0f / sqrtf((float)hd),
-                     weights + off);
-        off += (size_t)i + 1;
-    }
-}
-
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Runs one chunk of at most n_batch tokens. */
-static void eval_chunk(struct fwd_ctx *c, const int32_t *tokens, int T, bool all_logits, float *logits)
+/* ---- one step ------------------------------------------------------------------------------ */
+
+attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs)
 {
     const struct model *m = c->m;
     const struct model_hparams *hp = &m->hp;
-    const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, nq = (size_t)hp->n_head * hd,
-                 nkv = kv_width(m), ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    const size_t d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim, nkv = kv_width(m),
+                 ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    int T = 0;
+    size_t n_rows = 0; /* logit rows */
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i].n <= 0 || seqs[i].n > c->n_batch - T) return ATTND_ERR_INVALID;
+        if ((size_t)seqs[i].n > kv_seq_len(seqs[i].kv)) return ATTND_ERR_INVALID;
+        for (int t = 0; t < seqs[i].n; t++)
+            if (seqs[i].tokens[t] < 0 || seqs[i].tokens[t] >= hp->n_vocab) return ATTND_ERR_INVALID;
+        T += seqs[i].n;
+        if (seqs[i].logits) n_rows += seqs[i].all_logits ? (size_t)seqs[i].n : 1;
+    }
+    if (T == 0) return ATTND_ERR_INVALID;
 
-    /* 1. embeddings */
-    for (int t = 0; t < T; t++)
-        cpu_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
-                        c->x + (size_t)t * d, d);
+    /* 1. embeddings, positions, attention work list */
+    for (int i = 0, t = 0; i < n_seqs; i++) {
+        int pos0 = (int)kv_seq_len(seqs[i].kv) - seqs[i].n;
+        c->fseqs[i] = (struct fa2_seq){.q = c->q + (size_t)t * nq, .out = c->att + (size_t)t * nq, .n_q = seqs[i].n,
+                                       .pos0 = pos0, .block_table = kv_seq_block_table(seqs[i].kv)};
+        for (int k = 0; k < seqs[i].n; k++, t++) {
+            c->pos[t] = pos0 + k;
+            const struct model_weight *e = &m->tok_embd;
+            cpu_dequant_row(e->type, (const char *)e->data + (size_t)seqs[i].tokens[k] * e->row_bytes,
+                            c->x + (size_t)t * d, d);
+        }
+    }
+    struct fa2_args fa = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                          .kv_type = kv_type(kv), .block_stride = kv_block_stride(kv),
+                          .n_blocks = (int)kv_n_blocks(kv), .scale = 1.0f / sqrtf((float)hp->head_dim),
+                          .seqs = c->fseqs, .n_seqs = n_seqs};
+    int n_decode = 0;
+    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n == 1;
+    int nth = tpool_size(c->pool);
+    fa.n_split = n_decode ? (nth + n_decode * hp->n_head_kv - 1) / (n_decode * hp->n_head_kv) : 1;
+    if (fa.n_split < 1) fa.n_split = 1;
+    size_t need = fa2_scratch_floats(&fa);
+    if (need > c->fa2_scratch_n) {
+        float *ns = realloc(c->fa2_scratch, need * sizeof(float));
+        if (!ns) return ATTND_ERR_NOMEM;
+        c->fa2_scratch = ns;
+        c->fa2_scratch_n = need;
+    }
+    fa.scratch = c->fa2_scratch;
+    if (n_seqs > 1 && n_rows) {
+        if (n_rows > c->logit_rows) {
+            float *nl = realloc(c->logits, n_rows * V * sizeof(float));
+            if (!nl) return ATTND_ERR_NOMEM;
+            c->logits = nl;
+            c->logit_rows = n_rows;
+        }
+    }
 
     for (int l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
@@ -363,20 +408,20 @@ static void eval_chunk(struct fwd_ctx *c, const int32_t *tokens, int T, bool all
             matmul(c, &L->wk, c->h, (size_t)T, c->k, L->bk);
             matmul(c, &L->wv, c->h, (size_t)T, c->v, L->bv);
         }
-        for (int t = 0; t < T; t++) {
-            int pos = c->n_past + t;
-            rope(c, c->q + (size_t)t * nq, hp->n_head, pos);
-            rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, pos);
-            size_t off = ((size_t)l * c->n_ctx + (size_t)pos) * nkv;
-            memcpy(c->k_cache + off, c->k + (size_t)t * nkv, nkv * sizeof(float));
-            memcpy(c->v_cache + off, c->v + (size_t)t * nkv, nkv * sizeof(float));
-            if (c->probe_q && l == c->probe_layer)
-                memcpy(c->probe_q + (size_t)pos * nq, c->q + (size_t)t * nq, nq * sizeof(float));
-        }
-        struct attn_job aj = {c, l, T};
-        tpool_run(c->pool, attn_run, &aj);
+        for (int i = 0, t = 0; i < n_seqs; i++)
+            for (int k = 0; k < seqs[i].n; k++, t++) {
+                rope(c, c->q + (size_t)t * nq, hp->n_head, c->pos[t]);
+                rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, c->pos[t]);
+                kv_write(seqs[i].kv, l, (size_t)c->pos[t], c->k + (size_t)t * nkv, c->v + (size_t)t * nkv);
+                if (c->probe_q && l == c->probe_layer)
+                    memcpy(c->probe_q + (size_t)c->pos[t] * nq, c->q + (size_t)t * nq, nq * sizeof(float));
+            }
+        fa.k = kv_k_base(kv, l);
+        fa.v = kv_v_base(kv, l);
+        fa2_attend(c->pool, &fa);
         if (c->probe_att && l == c->probe_layer)
-            memcpy(c->probe_att + (size_t)c->n_past * nq, c->att, (size_t)T * nq * sizeof(float));
+            for (int t = 0; t < T; t++)
+                memcpy(c->probe_att + (size_t)c->pos[t] * nq, c->att + (size_t)t * nq, nq * sizeof(float));
         matmul(c, &L->wo, c->att, (size_t)T, c->h, NULL);
         for (size_t i = 0; i < (size_t)T * d; i++) c->x[i] += c->h[i];
 
@@ -395,31 +440,50 @@ static void eval_chunk(struct fwd_ctx *c, const int32_t *tokens, int T, bool all
         for (size_t i = 0; i < (size_t)T * d; i++) c->x[i] += c->h[i];
     }
 
-    /* 3. logits */
-    if (logits) {
-        int first = all_logits ? 0 : T - 1, n = T - first;
-        for (int t = first; t < T; t++)
-            rmsnorm(c->h + (size_t)(t - first) * d, c->x + (size_t)t * d, m->output_norm, d, hp->rms_eps);
-        matmul(c, &m->output, c->h, (size_t)n, logits, NULL);
-        (void)V;
+    /* 3. logits: gather the rows asked for, one product for all of them */
+    if (n_rows) {
+        size_t r = 0;
+        for (int i = 0, t = 0; i < n_seqs; t += seqs[i].n, i++) {
+            if (!seqs[i].logits) continue;
+            int first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
+            for (int k = first; k < seqs[i].n; k++, r++)
+                rmsnorm(c->h + r * d, c->x + (size_t)(t + k) * d, m->output_norm, d, hp->rms_eps);
+        }
+        /* one sequence: straight into its buffer; several: into scratch, then copied out */
+        float *dst = (n_seqs == 1) ? NULL : c->logits;
+        for (int i = 0; i < n_seqs && !dst; i++)
+            if (seqs[i].logits) dst = seqs[i].logits;
+        matmul(c, &m->output, c->h, n_rows, dst, NULL);
+        if (dst == c->logits) {
+            r = 0;
+            for (int i = 0; i < n_seqs; i++) {
+                if (!seqs[i].logits) continue;
+                size_t rows = seqs[i].all_logits ? (size_t)seqs[i].n : 1;
+                memcpy(seqs[i].logits, c->logits + r * V, rows * V * sizeof(float));
+                r += rows;
+            }
+        }
     }
-    c->n_past += T;
+    for (int i = 0; i < n_seqs; i++) kv_seq_commit(seqs[i].kv, kv_seq_len(seqs[i].kv));
+    return ATTND_OK;
 }
 
 attnd_status fwd_eval(struct fwd_ctx *c, const int32_t *tokens, int n, bool all_logits, float *logits)
 {
-    if (n <= 0) return ATTND_ERR_INVALID;
-    if (n > c->n_ctx - c->n_past) return ATTND_ERR_RANGE;
+    if (!c->kv || n <= 0) return ATTND_ERR_INVALID;
+    if (n > c->n_ctx - fwd_n_past(c)) return ATTND_ERR_RANGE;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) return ATTND_ERR_INVALID;
     size_t V = (size_t)c->m->hp.n_vocab;
     for (int done = 0; done < n;) {
         int T = n - done < c->n_batch ? n - done : c->n_batch;
         bool last = done + T == n;
-        float *lg = NULL;
-        if (logits && all_logits) lg = logits + (size_t)done * V;
-        else if (logits && last) lg = logits;
-        eval_chunk(c, tokens + done, T, all_logits, lg);
+        struct fwd_seq fs = {.kv = c->seq, .tokens = tokens + done, .n = T, .all_logits = all_logits};
+        if (logits && all_logits) fs.logits = logits + (size_t)done * V;
+        else if (logits && last) fs.logits = logits;
+        attnd_status st = kv_seq_append(c->seq, tokens + done, (size_t)T);
+        if (st) return st == ATTND_ERR_NOMEM ? ATTND_ERR_RANGE : st;
+        if ((st = fwd_eval_batch(c, c->kv, &fs, 1))) return st;
         done += T;
     }
     return ATTND_OK;

@@ -125,7 +125,7 @@ static void run_request(struct sched *s, struct req *r)
         goto out;
     }
     for (size_t i = 0; i < r->n_prompt; i++) sampler_accept(smp, r->prompt[i]);
-    fwd_truncate(s->fwd, 0);
+    fwd_reset(s->fwd);
     if (atomic_load(&r->cancelled)) {
         reason = "cancelled";
         finish(r, reason, "", 0, 0, t_start, 0, now_ms());
@@ -207,7 +207,7 @@ static void run_attention(struct sched *s, struct attn_job *j)
 {
     const struct model_hparams *hp = &s->m->hp;
     const size_t hd = (size_t)hp->head_dim, nq = (size_t)hp->n_head * hd;
-    fwd_truncate(s->fwd, 0);
+    fwd_reset(s->fwd);
     fwd_set_probe(s->fwd, j->layer, s->probe_q, s->probe_att);
     j->st = fwd_eval(s->fwd, j->tokens, (int)j->n, false, NULL);
     fwd_set_probe(s->fwd, -1, NULL, NULL);
@@ -215,10 +215,10 @@ static void run_attention(struct sched *s, struct attn_job *j)
     fwd_attention_weights(s->fwd, j->layer, j->head, s->probe_q, (int)j->n, j->weights);
     int kvh = j->head / (hp->n_head / hp->n_head_kv);
     for (size_t i = 0; i < j->n; i++) {
-        if (j->values) memcpy(j->values + i * hd, fwd_cache_v(s->fwd, j->layer, (int)i, kvh), hd * sizeof(float));
+        if (j->values) fwd_cache_v(s->fwd, j->layer, (int)i, kvh, j->values + i * hd);
         if (j->output) memcpy(j->output + i * hd, s->probe_att + i * nq + (size_t)j->head * hd, hd * sizeof(float));
     }
-    fwd_truncate(s->fwd, 0);
+    fwd_reset(s->fwd);
 }
 
 static void *worker(void *arg)
