@@ -1,8 +1,7 @@
-/* sched.h - the request scheduler: owns the model's forward contexts and one worker thread
- * that runs generation requests from a bounded queue, and answers attention-map queries.
- *
- * Requests are served in arrival order (one at a time for now; continuous batching over a
- * paged KV cache replaces the inside of this module later, not its interface). Events of a
+/* sched.h - the request scheduler: owns the paged KV cache, the forward context and one
+ * worker thread that runs every request with continuous batching (each step mixes the decode
+ * tokens of running requests with chunks of waiting prompts, one forward pass per step), and
+ * answers attention-map queries. Requests are admitted in arrival order. Events of a
  * request are delivered through its callback, on the scheduler thread, in order:
  * zero or more SCHED_EV_TOKEN, then exactly one SCHED_EV_DONE (or SCHED_EV_ERROR).
  * After that last event the scheduler never touches the request's user data again.
@@ -18,6 +17,7 @@
 
 #include "attnd/sampler.h"
 #include "attnd/status.h"
+#include "attnd/tensor.h"
 
 struct model;
 struct tokenizer;
@@ -29,7 +29,14 @@ struct sched;
 struct sched_opts {
     int n_threads;      /* compute threads (0: online CPUs) */
     int n_ctx;          /* context (prompt + generated) per request, tokens (0: min(model ctx, 4096)) */
-    int max_queue;      /* waiting requests before sched_submit() answers ATTND_ERR_RANGE (0: 64) */
+    int max_queue;      /* waiting requests before sched_submit() refuses (0: 64) */
+    int max_running;    /* requests batched together in one step (0: 32) */
+    int n_batch;        /* token budget of one step: decode tokens + prompt chunks (0: 256) */
+    enum tensor_type kv_type; /* KV cache element type: TENSOR_F32 (0) or TENSOR_F16; `attnd serve`
+                                 picks F32 for F32-weight models and F16 otherwise */
+    size_t kv_blocks;   /* KV pool size in 16-token blocks (0: from kv_mib) */
+    size_t kv_mib;      /* KV pool size in MiB when kv_blocks is 0 (0: 256); never less than one
+                           full context */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */
@@ -98,10 +105,16 @@ bool sched_wait_idle(struct sched *s, int timeout_ms);
 
 struct sched_stats {
     int queued;                 /* waiting requests */
-    int running;                /* requests being generated */
-    uint64_t kv_tokens_used;    /* tokens held in KV caches */
+    int running;                /* requests in the running set */
+    uint64_t kv_tokens_used;    /* tokens held by running requests */
     uint64_t kv_tokens_capacity;
     uint64_t kv_bytes_capacity;
+    uint64_t kv_blocks_total, kv_blocks_used, kv_blocks_free, kv_blocks_cached;
+    double kv_waste_pct;        /* memory of used blocks that holds no token */
+    uint64_t prefix_lookup_tokens, prefix_hit_tokens; /* prompt tokens looked up / found cached */
+    uint64_t preemptions;
+    uint64_t steps, batch_tokens_total;
+    uint64_t last_batch_tokens, last_batch_seqs;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
 int sched_n_ctx(const struct sched *s);

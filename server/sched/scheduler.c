@@ -1,9 +1,19 @@
-/* scheduler.c - a bounded FIFO of generation requests served by one worker thread that owns
- * the forward context. See sched.h for the contract.
+/* scheduler.c - continuous batching over the paged KV cache. See sched.h for the contract.
  *
- * Locking: s->mu guards the queue, the running request pointer, the attention job slot and
- * the flags. The forward context, sampler and detokenizer are touched only by the worker.
- * Callbacks run on the worker without the lock held.
+ * One worker thread runs steps. Each step:
+ *   1. ends cancelled requests at once (their blocks go back to the cache);
+ *   2. admits waiting requests while the pool has room for their prompt (a new request reuses
+ *      every leading prompt block already in the prefix cache);
+ *   3. builds one batch under a token budget: a decode token for every running request that is
+ *      generating, then chunks of prompts still being read (chunked prefill);
+ *   4. reserves cache slots; when the pool is full it pre-empts the newest request (frees its
+ *      blocks; it is recomputed later from its prompt and the tokens generated so far);
+ *   5. runs one forward pass for the whole batch, samples each request that produced logits
+ *      and delivers its events; finished requests leave at once.
+ *
+ * Locking: s->mu guards the waiting queue, attention jobs, flags and stats copies. The running
+ * list, the KV cache and the forward context belong to the worker. Callbacks run on the worker
+ * without the lock held.
  */
 #include "attnd/sched.h"
 
@@ -17,13 +27,15 @@
 
 #include "attnd/check.h"
 #include "attnd/forward.h"
+#include "attnd/kvcache.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
 
+enum phase { PH_WAITING = 0, PH_PREFILL = 1, PH_DECODE = 2 };
+
 struct req {
     uint64_t id;
-    int32_t *prompt;
     size_t n_prompt;
     int max_tokens;
     struct sampler_params sampling;
@@ -34,8 +46,20 @@ struct req {
     sched_cb cb;
     void *ud;
     atomic_int cancelled;
-    double t_submit;
-    struct req *next;
+    double t_submit, t_start, t_prompt;
+    struct req *next; /* waiting queue */
+    /* worker state */
+    int32_t *toks;    /* (n_prompt + max_tokens) prompt, then generated tokens */
+    size_t n_toks;
+    int n_gen;
+    enum phase phase;
+    uint64_t admit_no; /* admission order: the largest is the newest (pre-empted first) */
+    struct kv_seq *kv;
+    struct sampler *smp;
+    struct stop_matcher *stop;
+    struct tok_stream *ts;
+    float *logits;     /* (n_vocab) */
+    int started;       /* events sent (so a pre-empted request keeps its stream state) */
 };
 
 struct attn_job {
@@ -52,24 +76,33 @@ struct sched {
     const struct model *m;
     const struct tokenizer *tok;
     struct sched_opts o;
-    struct fwd_ctx *fwd;
-    float *logits;     /* (n_vocab) */
-    char *piece;       /* detokenizer output scratch */
+    struct kv_cache *kv;
+    struct fwd_ctx *fwd;      /* batched steps (no private cache) */
+    struct fwd_ctx *attn_fwd; /* attention maps (private cache), made on first use */
+    float *probe_q, *probe_att;
+    char *piece;              /* detokenizer output scratch */
     size_t piece_cap;
-    float *probe_q, *probe_att; /* (n_ctx, n_head * head_dim) for attention maps */
+    struct req **running;     /* (max_running) */
+    int n_running;
+    struct fwd_seq *batch;    /* (max_running) */
+    struct req **batch_req;
+    struct req **order;       /* (max_running) scratch */
+    uint64_t admit_counter;
 
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* worker waits for work */
     pthread_cond_t idle_cv; /* waiters for idleness and attention jobs */
-    struct req *head, *tail;
+    struct req *head, *tail; /* waiting */
     int n_queued;
-    struct req *running;
     struct attn_job *jobs;
     int draining, stopping;
+    int active;               /* requests taken from the queue and not yet ended */
+    uint64_t *cancels;        /* ids asked to stop, applied by the worker */
+    int n_cancels, cap_cancels;
     uint64_t next_id;
-    atomic_uint_fast64_t kv_used;
+    struct sched_stats stats; /* copy published by the worker after each step */
 };
 
 static double now_ms(void)
@@ -82,111 +115,70 @@ static double now_ms(void)
 static void req_free(struct req *r)
 {
     if (!r) return;
-    free(r->prompt);
+    kv_seq_destroy(r->kv);
+    sampler_destroy(r->smp);
+    stop_destroy(r->stop);
+    tok_stream_destroy(r->ts);
+    free(r->toks);
+    free(r->logits);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r);
 }
 
-static void finish(struct req *r, const char *reason, const char *text, size_t len, int n_gen, double t_start,
-                   double t_prompt_done, double t_end)
+static void send_done(struct req *r, const char *reason, const char *text, size_t len)
 {
+    double t = now_ms();
     struct sched_event ev = {.kind = SCHED_EV_DONE, .id = r->id, .finish_reason = reason, .final_text = text,
-                             .final_text_len = len, .prompt_tokens = (int)r->n_prompt, .completion_tokens = n_gen};
-    ev.queue_ms = t_start - r->t_submit;
-    ev.prompt_ms = t_prompt_done > 0 ? t_prompt_done - t_start : 0;
-    ev.generation_ms = t_prompt_done > 0 ? t_end - t_prompt_done : 0;
+                             .final_text_len = len, .prompt_tokens = (int)r->n_prompt, .completion_tokens = r->n_gen};
+    double start = r->t_start > 0 ? r->t_start : t;
+    ev.queue_ms = start - r->t_submit;
+    ev.prompt_ms = r->t_prompt > 0 ? r->t_prompt - start : 0;
+    ev.generation_ms = r->t_prompt > 0 ? t - r->t_prompt : 0;
     r->cb(r->ud, &ev);
 }
 
-static void fail_req(struct req *r, attnd_status st, const char *msg)
+static void send_error(struct req *r, attnd_status st, const char *msg)
 {
     struct sched_event ev = {.kind = SCHED_EV_ERROR, .id = r->id, .status = st, .message = msg,
                              .prompt_tokens = (int)r->n_prompt};
     r->cb(r->ud, &ev);
 }
 
-/* ---- the worker ---------------------------------------------------------------------------- */
-
-static void run_request(struct sched *s, struct req *r)
+static int idx_of(const struct sched *s, const struct req *r)
 {
-    const int V = s->m->hp.n_vocab;
-    struct sampler *smp = NULL;
-    struct stop_matcher *stop = NULL;
-    struct tok_stream *ts = NULL;
-    double t_start = now_ms(), t_prompt = 0;
-    int n_gen = 0;
-    const char *reason = "length";
-    int top_ids[SCHED_MAX_LOGPROBS];
-    float top_lp[SCHED_MAX_LOGPROBS];
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) return i;
+    return -1;
+}
 
-    if (sampler_create(&r->sampling, V, &smp) || stop_create((const char *const *)r->stops, r->n_stops, &stop) ||
-        tok_stream_create(s->tok, 0, &ts)) {
-        fail_req(r, ATTND_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < r->n_prompt; i++) sampler_accept(smp, r->prompt[i]);
-    fwd_reset(s->fwd);
-    if (atomic_load(&r->cancelled)) {
-        reason = "cancelled";
-        finish(r, reason, "", 0, 0, t_start, 0, now_ms());
-        goto out;
-    }
-    attnd_status st = fwd_eval(s->fwd, r->prompt, (int)r->n_prompt, false, s->logits);
-    if (st) {
-        fail_req(r, st, "evaluating the prompt failed");
-        goto out;
-    }
-    atomic_store(&s->kv_used, (uint64_t)fwd_n_past(s->fwd));
-    t_prompt = now_ms();
-    struct stop_out so = {.text = "", .len = 0, .stop = -1};
-    while (n_gen < r->max_tokens) {
-        if (atomic_load(&r->cancelled)) {
-            reason = "cancelled";
-            break;
-        }
-        int id = sampler_sample(smp, s->logits);
-        sampler_accept(smp, id);
-        n_gen++;
-        struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = id, .text = "", .text_len = 0};
-        sampler_token_logprob(s->logits, V, id, &ev.logprob);
-        if (r->logprobs > 0) {
-            sampler_top_logprobs(s->logits, V, r->logprobs, top_ids, top_lp);
-            ev.n_top = r->logprobs;
-            ev.top_ids = top_ids;
-            ev.top_logprobs = top_lp;
-        }
-        bool eog = !r->ignore_eos && tok_is_eog(s->tok, id);
-        if (!eog) {
-            size_t n = 0;
-            tok_stream_push(ts, id, s->piece, s->piece_cap, &n);
-            stop_feed(stop, s->piece, n, &so);
-            ev.text = so.text;
-            ev.text_len = so.len;
-        }
-        r->cb(r->ud, &ev);
-        if (eog || so.stop >= 0) {
-            reason = "stop";
-            break;
-        }
-        if (n_gen == r->max_tokens) break;
-        if (fwd_n_past(s->fwd) >= fwd_n_ctx(s->fwd)) break; /* submit checks this cannot happen */
-        if ((st = fwd_eval(s->fwd, &id, 1, false, s->logits))) {
-            fail_req(r, st, "evaluation failed");
-            goto out;
-        }
-        atomic_store(&s->kv_used, (uint64_t)fwd_n_past(s->fwd));
-    }
-    /* release what the detokenizer and the stop matcher still hold */
+/* Removes running[idx] from the running set and from the active count (the caller frees or
+ * requeues it). */
+static struct req *drop_running(struct sched *s, int idx)
+{
+    struct req *r = s->running[idx];
+    s->running[idx] = s->running[--s->n_running];
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+/* Ends a running request: flushes held-back text, sends DONE, frees it (blocks return to the
+ * cache, full ones stay findable by their prefix hash). */
+static void finish_running(struct sched *s, int idx, const char *reason)
+{
+    struct req *r = s->running[idx];
     char *tail = NULL;
     size_t tail_len = 0;
-    {
+    if (r->ts && r->stop) {
+        struct stop_out so;
         size_t n = 0;
-        tok_stream_flush(ts, s->piece, s->piece_cap, &n);
-        stop_feed(stop, s->piece, n, &so);
+        tok_stream_flush(r->ts, s->piece, s->piece_cap, &n);
+        stop_feed(r->stop, s->piece, n, &so);
         size_t a = so.len;
         tail = malloc(a + 1);
         if (tail) memcpy(tail, so.text, a);
-        stop_flush(stop, &so);
+        stop_flush(r->stop, &so);
         char *t2 = tail ? realloc(tail, a + so.len + 1) : NULL;
         if (t2) {
             memcpy(t2 + a, so.text, so.len);
@@ -194,63 +186,329 @@ static void run_request(struct sched *s, struct req *r)
             tail_len = a + so.len;
         }
     }
-    finish(r, reason, tail ? tail : "", tail_len, n_gen, t_start, t_prompt, now_ms());
+    send_done(r, reason, tail ? tail : "", tail_len);
     free(tail);
-out:
-    atomic_store(&s->kv_used, 0);
-    tok_stream_destroy(ts);
-    stop_destroy(stop);
-    sampler_destroy(smp);
+    drop_running(s, idx);
+    req_free(r);
+}
+
+/* Frees a running request's cache blocks and puts it back at the head of the waiting queue;
+ * it is recomputed from its prompt and generated tokens when readmitted. */
+static void preempt(struct sched *s, int idx)
+{
+    struct req *r = s->running[idx];
+    kv_seq_destroy(r->kv);
+    r->kv = NULL;
+    r->phase = PH_WAITING;
+    s->running[idx] = s->running[--s->n_running];
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    r->next = s->head;
+    s->head = r;
+    if (!s->tail) s->tail = r;
+    s->n_queued++;
+    s->stats.preemptions++;
+    pthread_mutex_unlock(&s->mu);
+    log_debug("request %llu pre-empted (KV pool full)", (unsigned long long)r->id);
+}
+
+static int newest_running(const struct sched *s)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_running; i++)
+        if (best < 0 || s->running[i]->admit_no > s->running[best]->admit_no) best = i;
+    return best;
+}
+
+/* Frees a request taken from the queue that never joined the running set. */
+static void retire(struct sched *s, struct req *r)
+{
+    req_free(r);
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Takes waiting requests into the running set while the pool can hold their prompts. */
+static void admit(struct sched *s)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        struct req *r = s->head;
+        if (!r || s->n_running >= s->o.max_running) {
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        if (!atomic_load(&r->cancelled) && s->n_running > 0 &&
+            !kv_can_allocate(s->kv, kv_blocks_for_tokens(r->n_toks) + 1)) {
+            pthread_mutex_unlock(&s->mu);
+            return; /* wait for blocks to come back */
+        }
+        s->head = r->next;
+        if (!s->head) s->tail = NULL;
+        s->n_queued--;
+        s->active++;
+        pthread_mutex_unlock(&s->mu);
+
+        if (atomic_load(&r->cancelled)) {
+            send_done(r, "cancelled", "", 0);
+            retire(s, r);
+            continue;
+        }
+        if (!r->smp) { /* first admission (a pre-empted request keeps its state) */
+            r->t_start = now_ms();
+            if (sampler_create(&r->sampling, s->m->hp.n_vocab, &r->smp) ||
+                stop_create((const char *const *)r->stops, r->n_stops, &r->stop) ||
+                tok_stream_create(s->tok, 0, &r->ts) ||
+                !(r->logits = malloc((size_t)s->m->hp.n_vocab * sizeof(float)))) {
+                send_error(r, ATTND_ERR_NOMEM, "out of memory");
+                retire(s, r);
+                continue;
+            }
+            for (size_t i = 0; i < r->n_toks; i++) sampler_accept(r->smp, r->toks[i]);
+        }
+        size_t cached = 0;
+        attnd_status st = kv_seq_create(s->kv, r->toks, r->n_toks, r->n_prompt + (size_t)r->max_tokens, &r->kv, &cached);
+        if (st) {
+            send_error(r, st, st == ATTND_ERR_RANGE ? "the request needs more KV cache than the whole pool"
+                                                    : "out of memory");
+            retire(s, r);
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.prefix_lookup_tokens += r->n_toks;
+        s->stats.prefix_hit_tokens += cached;
+        pthread_mutex_unlock(&s->mu);
+        r->phase = PH_PREFILL;
+        r->admit_no = ++s->admit_counter;
+        s->running[s->n_running++] = r;
+    }
+}
+
+/* Samples a request's next token from its logits and delivers it. Returns 1 if it finished. */
+static int sample_and_emit(struct sched *s, int idx)
+{
+    struct req *r = s->running[idx];
+    const int V = s->m->hp.n_vocab;
+    int top_ids[SCHED_MAX_LOGPROBS];
+    float top_lp[SCHED_MAX_LOGPROBS];
+    if (!r->t_prompt) r->t_prompt = now_ms();
+    int id = sampler_sample(r->smp, r->logits);
+    if (id < 0) {
+        send_error(r, ATTND_ERR_INTERNAL, "the model produced no finite logits");
+        req_free(drop_running(s, idx));
+        return 1;
+    }
+    sampler_accept(r->smp, id);
+    r->toks[r->n_toks++] = id;
+    r->n_gen++;
+    struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = id, .text = "", .text_len = 0};
+    sampler_token_logprob(r->logits, V, id, &ev.logprob);
+    if (r->logprobs > 0) {
+        sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
+        ev.n_top = r->logprobs;
+        ev.top_ids = top_ids;
+        ev.top_logprobs = top_lp;
+    }
+    bool eog = !r->ignore_eos && tok_is_eog(s->tok, id);
+    struct stop_out so = {.text = "", .len = 0, .stop = -1};
+    if (!eog) {
+        size_t n = 0;
+        tok_stream_push(r->ts, id, s->piece, s->piece_cap, &n);
+        stop_feed(r->stop, s->piece, n, &so);
+        ev.text = so.text;
+        ev.text_len = so.len;
+    }
+    r->cb(r->ud, &ev);
+    r->started = 1;
+    if (eog || so.stop >= 0) {
+        finish_running(s, idx, "stop");
+        return 1;
+    }
+    if (r->n_gen >= r->max_tokens) {
+        finish_running(s, idx, "length");
+        return 1;
+    }
+    r->phase = PH_DECODE;
+    return 0;
+}
+
+/* Applies the ids sched_cancel() collected to the running set. */
+static void apply_cancels(struct sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int c = 0; c < s->n_cancels; c++)
+        for (int i = 0; i < s->n_running; i++)
+            if (s->running[i]->id == s->cancels[c]) atomic_store(&s->running[i]->cancelled, 1);
+    s->n_cancels = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* One continuous-batching step. Returns 1 if it did any work. */
+static int step(struct sched *s)
+{
+    /* 1. cancelled requests leave at once */
+    apply_cancels(s);
+    for (int i = 0; i < s->n_running;)
+        if (atomic_load(&s->running[i]->cancelled)) finish_running(s, i, "cancelled");
+        else i++;
+    /* 2. admission */
+    admit(s);
+    if (s->n_running == 0) return 0;
+
+    /* 3./4. the batch: decode tokens first, then prompt chunks (oldest first), under the
+     * token budget; a full pool pre-empts the newest request not already in the batch */
+    int budget = s->o.n_batch, nb = 0;
+    struct req **order = s->order;
+    int n_order = s->n_running;
+    memcpy(order, s->running, (size_t)n_order * sizeof *order);
+    for (int a = 1; a < n_order; a++) /* by admission: insertion sort, the set is small */
+        for (int b = a; b > 0 && order[b - 1]->admit_no > order[b]->admit_no; b--) {
+            struct req *t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < n_order && budget > 0; k++) {
+            struct req *r = order[k];
+            if (idx_of(s, r) < 0) continue; /* pre-empted meanwhile */
+            int decode = r->phase == PH_DECODE;
+            if (decode != (pass == 0)) continue;
+            size_t done = kv_seq_len(r->kv);
+            size_t todo = r->n_toks - done;
+            if (todo == 0) continue;
+            int n = decode ? 1 : (int)(todo < (size_t)budget ? todo : (size_t)budget);
+            attnd_status st;
+            while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
+                int victim = newest_running(s);
+                int in_batch = 0;
+                for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
+                if (in_batch) break;
+                int self = s->running[victim] == r;
+                preempt(s, victim);
+                if (self) break;
+            }
+            if (st == ATTND_ERR_NOMEM) continue; /* waits for blocks (or was pre-empted itself) */
+            if (st) {
+                int i = idx_of(s, r);
+                send_error(r, st, "could not reserve KV cache slots");
+                req_free(drop_running(s, i));
+                continue;
+            }
+            bool last_chunk = done + (size_t)n == r->n_toks;
+            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
+                                            .logits = last_chunk ? r->logits : NULL};
+            s->batch_req[nb++] = r;
+            budget -= n;
+        }
+    }
+    if (nb == 0) return s->n_running > 0;
+
+    /* 5. one forward pass for the batch */
+    attnd_status st = fwd_eval_batch(s->fwd, s->kv, s->batch, nb);
+    if (st) {
+        for (int b = 0; b < nb; b++) {
+            int i = idx_of(s, s->batch_req[b]);
+            send_error(s->batch_req[b], st, "evaluation failed");
+            req_free(drop_running(s, i));
+        }
+        return 1;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.last_batch_tokens = (uint64_t)(s->o.n_batch - budget);
+    s->stats.last_batch_seqs = (uint64_t)nb;
+    s->stats.batch_tokens_total += (uint64_t)(s->o.n_batch - budget);
+    pthread_mutex_unlock(&s->mu);
+    for (int b = 0; b < nb; b++) {
+        if (!s->batch[b].logits) continue;
+        int i = idx_of(s, s->batch_req[b]);
+        if (i >= 0) sample_and_emit(s, i);
+    }
+    return 1;
+}
+
+static void publish_stats(struct sched *s)
+{
+    struct kv_stats ks;
+    kv_get_stats(s->kv, &ks);
+    uint64_t used_tokens = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->kv) used_tokens += kv_seq_len(s->running[i]->kv);
+    pthread_mutex_lock(&s->mu);
+    s->stats.running = s->n_running;
+    s->stats.kv_tokens_used = used_tokens;
+    s->stats.kv_blocks_total = ks.n_blocks;
+    s->stats.kv_blocks_used = ks.used;
+    s->stats.kv_blocks_free = ks.free;
+    s->stats.kv_blocks_cached = ks.cached;
+    s->stats.kv_waste_pct = ks.waste_pct;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void run_attention(struct sched *s, struct attn_job *j)
 {
     const struct model_hparams *hp = &s->m->hp;
     const size_t hd = (size_t)hp->head_dim, nq = (size_t)hp->n_head * hd;
-    fwd_reset(s->fwd);
-    fwd_set_probe(s->fwd, j->layer, s->probe_q, s->probe_att);
-    j->st = fwd_eval(s->fwd, j->tokens, (int)j->n, false, NULL);
-    fwd_set_probe(s->fwd, -1, NULL, NULL);
+    if (!s->attn_fwd) {
+        struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads, .kv_type = s->o.kv_type};
+        if ((j->st = fwd_create(s->m, &fo, &s->attn_fwd))) return;
+        s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
+        s->probe_att = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
+        if (!s->probe_q || !s->probe_att) {
+            j->st = ATTND_ERR_NOMEM;
+            return;
+        }
+    }
+    fwd_reset(s->attn_fwd);
+    fwd_set_probe(s->attn_fwd, j->layer, s->probe_q, s->probe_att);
+    j->st = fwd_eval(s->attn_fwd, j->tokens, (int)j->n, false, NULL);
+    fwd_set_probe(s->attn_fwd, -1, NULL, NULL);
     if (j->st) return;
-    fwd_attention_weights(s->fwd, j->layer, j->head, s->probe_q, (int)j->n, j->weights);
+    fwd_attention_weights(s->attn_fwd, j->layer, j->head, s->probe_q, (int)j->n, j->weights);
     int kvh = j->head / (hp->n_head / hp->n_head_kv);
     for (size_t i = 0; i < j->n; i++) {
-        if (j->values) fwd_cache_v(s->fwd, j->layer, (int)i, kvh, j->values + i * hd);
+        if (j->values) fwd_cache_v(s->attn_fwd, j->layer, (int)i, kvh, j->values + i * hd);
         if (j->output) memcpy(j->output + i * hd, s->probe_att + i * nq + (size_t)j->head * hd, hd * sizeof(float));
     }
-    fwd_reset(s->fwd);
+    fwd_reset(s->attn_fwd);
 }
 
 static void *worker(void *arg)
 {
     struct sched *s = arg;
-    pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->jobs && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-        if (s->jobs) {
-            struct attn_job *j = s->jobs;
-            s->jobs = j->next;
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->jobs && s->n_running == 0 && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stopping) {
+            for (struct attn_job *j = s->jobs; j; j = j->next) {
+                j->st = ATTND_ERR_UNSUPPORTED;
+                j->done = 1;
+            }
+            s->jobs = NULL;
+            pthread_cond_broadcast(&s->idle_cv);
             pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        struct attn_job *j = s->jobs;
+        if (j) s->jobs = j->next;
+        pthread_mutex_unlock(&s->mu);
+        if (j) {
             run_attention(s, j);
             pthread_mutex_lock(&s->mu);
             j->done = 1;
             pthread_cond_broadcast(&s->idle_cv);
+            pthread_mutex_unlock(&s->mu);
             continue;
         }
-        if (!s->head) break; /* stopping with nothing left */
-        struct req *r = s->head;
-        s->head = r->next;
-        if (!s->head) s->tail = NULL;
-        s->n_queued--;
-        s->running = r;
-        pthread_mutex_unlock(&s->mu);
-        run_request(s, r);
+        step(s);
+        publish_stats(s);
         pthread_mutex_lock(&s->mu);
-        s->running = NULL;
-        req_free(r);
-        pthread_cond_broadcast(&s->idle_cv);
+        if (!s->head && s->active == 0) pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->mu);
     }
-    pthread_mutex_unlock(&s->mu);
+    /* what is left at stop time ends as cancelled */
+    while (s->n_running > 0) finish_running(s, s->n_running - 1, "cancelled");
     return NULL;
 }
 
@@ -260,35 +518,57 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
                           struct sched **out)
 {
     *out = NULL;
+    const struct model_hparams *hp = &m->hp;
     struct sched *s = calloc(1, sizeof *s);
     if (!s) return ATTND_ERR_NOMEM;
     s->m = m;
     s->tok = tok;
     s->o = opts ? *opts : (struct sched_opts){0};
     if (s->o.max_queue <= 0) s->o.max_queue = 64;
+    if (s->o.max_running <= 0) s->o.max_running = 32;
+    if (s->o.n_batch <= 0) s->o.n_batch = 256;
+    if (s->o.n_ctx <= 0) s->o.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (s->o.kv_type != TENSOR_F16 && s->o.kv_type != TENSOR_F32) s->o.kv_type = TENSOR_F16;
+    if (s->o.n_batch < s->o.max_running) s->o.n_batch = s->o.max_running;
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
-    struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads};
-    attnd_status st = fwd_create(m, &fo, &s->fwd);
-    if (st) goto fail;
-    s->o.n_ctx = fwd_n_ctx(s->fwd);
-    size_t nq = (size_t)m->hp.n_head * m->hp.head_dim;
-    s->logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    attnd_status st;
+    size_t blocks = s->o.kv_blocks;
+    if (!blocks) {
+        size_t mib = s->o.kv_mib ? s->o.kv_mib : 256;
+        if ((st = kv_blocks_from_mib(mib, hp->n_layer, hp->n_head_kv, hp->head_dim, s->o.kv_type, &blocks))) goto fail;
+    }
+    /* the pool must hold at least one full-context request */
+    if (blocks < kv_blocks_for_tokens((size_t)s->o.n_ctx)) blocks = kv_blocks_for_tokens((size_t)s->o.n_ctx);
+    struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, blocks);
+    ko.type = s->o.kv_type;
+    if ((st = kv_create(&ko, &s->kv))) goto fail;
+    struct fwd_opts fo = {.n_ctx = -1, .n_threads = s->o.n_threads, .n_batch = s->o.n_batch};
+    if ((st = fwd_create(m, &fo, &s->fwd))) goto fail;
+    s->o.n_threads = fwd_n_threads(s->fwd);
     s->piece_cap = tok_max_piece(tok) + 16;
     s->piece = malloc(s->piece_cap);
-    s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
-    s->probe_att = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
-    if (!s->logits || !s->piece || !s->probe_q || !s->probe_att) {
+    s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
+    s->batch = calloc((size_t)s->o.max_running, sizeof *s->batch);
+    s->batch_req = calloc((size_t)s->o.max_running, sizeof *s->batch_req);
+    s->order = calloc((size_t)s->o.max_running, sizeof *s->order);
+    if (!s->piece || !s->running || !s->batch || !s->batch_req || !s->order) {
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
+    publish_stats(s);
     if (pthread_create(&s->thread, NULL, worker, s)) {
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
     s->thread_started = 1;
+    log_info("scheduler: %zu KV blocks of %d tokens (%s, %.1f MiB), up to %d requests per step, %d tokens per step",
+             blocks, KV_BLOCK_SIZE, tensor_type_name(s->o.kv_type),
+             (double)blocks * (double)kv_bytes_per_block(hp->n_layer, hp->n_head_kv, hp->head_dim, s->o.kv_type) /
+                 (1024.0 * 1024.0),
+             s->o.max_running, s->o.n_batch);
     *out = s;
     return ATTND_OK;
 fail:
@@ -302,33 +582,35 @@ void sched_destroy(struct sched *s, int grace_ms)
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->draining = 1;
-        /* queued requests end at once */
         struct req *q = s->head;
         s->head = s->tail = NULL;
         s->n_queued = 0;
         pthread_mutex_unlock(&s->mu);
-        while (q) {
+        while (q) { /* queued requests end at once (pre-empted ones keep their partial output) */
             struct req *n = q->next;
-            finish(q, "cancelled", "", 0, 0, now_ms(), 0, now_ms());
+            send_done(q, "cancelled", "", 0);
             req_free(q);
             q = n;
         }
-        if (!sched_wait_idle(s, grace_ms)) {
-            pthread_mutex_lock(&s->mu);
-            if (s->running) atomic_store(&s->running->cancelled, 1);
-            pthread_mutex_unlock(&s->mu);
-        }
+        sched_wait_idle(s, grace_ms);
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
+        /* the worker ends what is still running as cancelled */
         pthread_join(s->thread, NULL);
     }
     fwd_destroy(s->fwd);
-    free(s->logits);
-    free(s->piece);
+    fwd_destroy(s->attn_fwd);
+    kv_destroy(s->kv);
     free(s->probe_q);
     free(s->probe_att);
+    free(s->piece);
+    free(s->running);
+    free(s->batch);
+    free(s->batch_req);
+    free(s->order);
+    free(s->cancels);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
@@ -349,24 +631,24 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
                      V - 1);
             return ATTND_ERR_INVALID;
         }
-    if (r->max_tokens < 0 || r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS || r->n_stops < 0 ||
+    if (r->max_tokens < 1 || r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS || r->n_stops < 0 ||
         r->n_stops > SCHED_MAX_STOPS) {
-        snprintf(err, errlen, "max_tokens, logprobs (0..%d) or stop (at most %d) out of range", SCHED_MAX_LOGPROBS,
-                 SCHED_MAX_STOPS);
+        snprintf(err, errlen, "max_tokens (>= 1), logprobs (0..%d) or stop (at most %d) out of range",
+                 SCHED_MAX_LOGPROBS, SCHED_MAX_STOPS);
         return ATTND_ERR_INVALID;
     }
     if (sampler_params_validate(&r->sampling, err, errlen)) return ATTND_ERR_INVALID;
-    if (r->n_prompt > (size_t)s->o.n_ctx || (size_t)r->max_tokens > (size_t)s->o.n_ctx - r->n_prompt + 1) {
+    if (r->n_prompt > (size_t)s->o.n_ctx || (size_t)r->max_tokens > (size_t)s->o.n_ctx - r->n_prompt) {
         snprintf(err, errlen, "the prompt (%zu tokens) plus max_tokens (%d) exceeds the context of %d tokens",
                  r->n_prompt, r->max_tokens, s->o.n_ctx);
         return ATTND_ERR_RANGE;
     }
     struct req *q = calloc(1, sizeof *q);
     if (!q) return ATTND_ERR_NOMEM;
-    q->prompt = malloc(r->n_prompt * sizeof *q->prompt);
-    if (!q->prompt) goto oom;
-    memcpy(q->prompt, r->prompt, r->n_prompt * sizeof *q->prompt);
-    q->n_prompt = r->n_prompt;
+    q->toks = malloc((r->n_prompt + (size_t)r->max_tokens) * sizeof *q->toks);
+    if (!q->toks) goto oom;
+    memcpy(q->toks, r->prompt, r->n_prompt * sizeof *q->toks);
+    q->n_toks = q->n_prompt = r->n_prompt;
     q->max_tokens = r->max_tokens;
     q->sampling = r->sampling;
     q->ignore_eos = r->ignore_eos;
@@ -409,9 +691,19 @@ oom:
 void sched_cancel(struct sched *s, uint64_t id)
 {
     pthread_mutex_lock(&s->mu);
-    if (s->running && s->running->id == id) atomic_store(&s->running->cancelled, 1);
     for (struct req *q = s->head; q; q = q->next)
         if (q->id == id) atomic_store(&q->cancelled, 1); /* ends with "cancelled" when dequeued */
+    /* the running set belongs to the worker: leave the id for it */
+    if (s->n_cancels == s->cap_cancels) {
+        int nc = s->cap_cancels ? s->cap_cancels * 2 : 16;
+        uint64_t *n = realloc(s->cancels, (size_t)nc * sizeof *n);
+        if (n) {
+            s->cancels = n;
+            s->cap_cancels = nc;
+        }
+    }
+    if (s->n_cancels < s->cap_cancels) s->cancels[s->n_cancels++] = id;
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -431,8 +723,9 @@ bool sched_wait_idle(struct sched *s, int timeout_ms)
     ts.tv_nsec = (long)(ns % 1000000000LL);
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    while ((s->head || s->running || s->jobs) && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
-    bool idle = !s->head && !s->running && !s->jobs;
+    while ((s->head || s->active || s->jobs) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
+    bool idle = !s->head && !s->active && !s->jobs;
     pthread_mutex_unlock(&s->mu);
     return idle;
 }
@@ -441,13 +734,12 @@ void sched_get_stats(struct sched *s, struct sched_stats *st)
 {
     const struct model_hparams *hp = &s->m->hp;
     pthread_mutex_lock(&s->mu);
+    *st = s->stats;
     st->queued = s->n_queued;
-    st->running = s->running ? 1 : 0;
     pthread_mutex_unlock(&s->mu);
-    st->kv_tokens_used = atomic_load(&s->kv_used);
-    st->kv_tokens_capacity = (uint64_t)s->o.n_ctx;
-    st->kv_bytes_capacity = 2ull * (uint64_t)hp->n_layer * (uint64_t)s->o.n_ctx * (uint64_t)hp->n_head_kv *
-                            (uint64_t)hp->head_dim * sizeof(float);
+    st->kv_tokens_capacity = (uint64_t)st->kv_blocks_total * KV_BLOCK_SIZE;
+    st->kv_bytes_capacity = (uint64_t)st->kv_blocks_total *
+                            kv_bytes_per_block(hp->n_layer, hp->n_head_kv, hp->head_dim, s->o.kv_type);
 }
 
 int sched_n_ctx(const struct sched *s) { return s->o.n_ctx; }
