@@ -2,12 +2,17 @@
 #include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "attnd/check.h"
 
-#define SPIN_ITERS 20000
+/* Between jobs a worker spins SPIN_ITERS pauses (a decode step issues hundreds of short jobs),
+ * then yields its core YIELD_ITERS times (another runnable thread - possibly the one it waits
+ * for - gets the core), then sleeps. The caller waiting for workers does the same minus the sleep. */
+#define SPIN_ITERS 4000
+#define YIELD_ITERS 200
 
 struct tpool {
     int n;
@@ -45,6 +50,10 @@ static void *worker(void *varg)
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
+                continue;
+            }
+            if (spins < SPIN_ITERS + YIELD_ITERS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -119,5 +128,8 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *arg)
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
 }

@@ -1,0 +1,340 @@
+/* fa2_avx2.c - the FlashAttention-2 job kernel for AVX2 + FMA + F16C. Built with -mavx2 -mfma
+ * -mf16c (the Makefile does that for *_avx2.c); fa2.c calls it only after cpu_kernels_init()
+ * found those extensions, and only for head_dim % 8 == 0. Contract: struct fa2_job in fa2.h.
+ *
+ * Per 16-key tile of a job (rows = tokens x query heads of one KV group):
+ *   1. S = Qs Kᵀ (Qs = q * scale, copied once per job). Register block: R rows x KJ keys with
+ *      R * KJ = 8 accumulators over head_dim, then one transposing horizontal reduction gives
+ *      the 8 dot products in one vector.
+ *   2. Online softmax per row: mask the keys a row must not see (diagonal tile only) by
+ *      selecting -inf, m' = max(m, rowmax S), P = exp(S - m') (a polynomial exp), alpha =
+ *      exp(m - m'), l = alpha l + rowsum P.
+ *   3. O = alpha O + P V, register block R rows x NV vectors of head_dim, O held in the output
+ *      rows themselves.
+ * F16 tiles are converted once per tile for the whole group: with more than 4 rows into an f32
+ * buffer that every row block reads; with 4 rows or fewer (a decode step with GQA <= 4) on the
+ * fly, since one row block then covers every row and each element is converted exactly once.
+ * Keys at or past the last visible one are never read by step 3; in step 1 their scores are
+ * computed and replaced by -inf before anything uses them. */
+#include "kernels/cpu/fa2.h"
+
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "fa2_avx2.c must be compiled with -mavx2 -mfma -mf16c"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+/* Register blocks are arrays indexed by constant loops: unrolled fully, they become registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+#ifndef FA2_PREFETCH_TILES
+#define FA2_PREFETCH_TILES 2 /* tiles of K and V requested ahead of the one being computed */
+#endif
+
+/* ================================================================ helpers */
+
+/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, degree-6 Taylor polynomial: relative error below 2e-7. exp(0) is exactly 1. */
+INLINE __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    const __m256 valid = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
+}
+
+/* Lane i of the result = sum of the 8 lanes of a[i]. Unpacks and adds (single-uop, short
+ * latency) rather than hadd: pairs of vectors, then quads, then the two 128-bit halves. */
+INLINE __m256 reduce8(const __m256 a[8])
+{
+    __m256 t[4];
+    UNROLL for (int i = 0; i < 4; i++) /* [x0+x2, y0+y2, x1+x3, y1+y3 | same for 4..7] of x, y = a[2i], a[2i+1] */
+        t[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    __m256 u[2];
+    UNROLL for (int i = 0; i < 2; i++) { /* [a0 a1 a2 a3 | a0 a1 a2 a3] partial sums of the quad 4i.. */
+        const __m256d x = _mm256_castps_pd(t[2 * i]), y = _mm256_castps_pd(t[2 * i + 1]);
+        u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+
+/* 8 K/V elements from p: F16 converted, or F32. */
+INLINE __m256 ld8(const unsigned char *p, int f16)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
+}
+
+/* Asks for the n bytes at p to be brought into L1 ahead of use. K/V tiles live in scattered
+ * physical blocks, which the hardware prefetcher cannot guess across. */
+INLINE void prefetch_bytes(const unsigned char *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+}
+
+/* ================================================================ S = Qs Kᵀ */
+
+/* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
+ * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
+INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, size_t krow, int j0)
+{
+    const size_t esz = f16 ? 2 : 4;
+    __m256 acc[8];
+    UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+        __m256 q[4];
+        UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
+        UNROLL for (int c = 0; c < KJ; c++) {
+            const __m256 kv = ld8(kt + (size_t)(j0 + c) * krow + (size_t)d * esz, f16);
+            UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
+        }
+    }
+    return reduce8(acc);
+}
+
+/* The 16 scores of R <= 4 rows, in registers: s[r][0] keys 0-7, s[r][1] keys 8-15. The register
+ * blocks (R x KJ = 4x2, 3x2, 2x4, 1x8) come out of reduce8 key-pair or key-quad interleaved
+ * and are put back in row order with unpacks and lane permutes. */
+INLINE void qk_rows(int R, int f16, const float *qs, int D, const unsigned char *kt, __m256 s[4][2])
+{
+    const size_t krow = (size_t)D * (f16 ? 2 : 4);
+    if (R == 1) {
+        s[0][0] = qk_block(1, 8, f16, qs, D, kt, krow, 0);
+        s[0][1] = qk_block(1, 8, f16, qs, D, kt, krow, 8);
+    } else if (R == 2) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
+            const __m256 a = qk_block(2, 4, f16, qs, D, kt, krow, 8 * h);
+            const __m256 b = qk_block(2, 4, f16, qs, D, kt, krow, 8 * h + 4);
+            s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
+            s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
+        }
+    } else {
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
+            __m256d x[4];
+            UNROLL for (int p = 0; p < 4; p++)
+                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, kt, krow, 8 * h + 2 * p));
+            const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
+            const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
+            const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
+            const __m256 hi23 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[2], x[3]));
+            s[0][h] = _mm256_permute2f128_ps(lo01, lo23, 0x20);
+            s[1][h] = _mm256_permute2f128_ps(hi01, hi23, 0x20);
+            s[2][h] = _mm256_permute2f128_ps(lo01, lo23, 0x31);
+            s[3][h] = _mm256_permute2f128_ps(hi01, hi23, 0x31); /* zeros when R == 3 */
+        }
+    }
+}
+
+/* ================================================================ O = alpha O + P V */
+
+/* Columns [d, d + 8 NV) of rows o[0..R): over the first nk keys of the tile (rows of vrow bytes
+ * from vt). first: O starts at 0 (the output rows hold nothing yet) instead of alpha O. */
+INLINE void pv_block(int R, int NV, int f16, const unsigned char *vt, size_t vrow, int nk, const float *P,
+                     float *const *o, const float *alpha, int first, int d)
+{
+    const size_t esz = f16 ? 2 : 4;
+    __m256 acc[4][8];
+    UNROLL for (int r = 0; r < R; r++) {
+        const __m256 al = _mm256_set1_ps(alpha[r]);
+        UNROLL for (int v = 0; v < NV; v++)
+            acc[r][v] = first ? _mm256_setzero_ps() : _mm256_mul_ps(al, _mm256_loadu_ps(o[r] + d + 8 * v));
+    }
+    for (int k = 0; k < nk; k++) {
+        __m256 p[4];
+        UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
+        UNROLL for (int v = 0; v < NV; v++) {
+            const __m256 vv = ld8(vt + (size_t)k * vrow + (size_t)(d + 8 * v) * esz, f16);
+            UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int v = 0; v < NV; v++) _mm256_storeu_ps(o[r] + d + 8 * v, acc[r][v]);
+}
+
+INLINE void pv_rows(int R, int NV, int f16, const unsigned char *vt, int D, int nk, const float *P,
+                    float *const *o, const float *alpha, int first)
+{
+    const size_t vrow = (size_t)D * (f16 ? 2 : 4);
+    int d = 0;
+    for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, vt, vrow, nk, P, o, alpha, first, d);
+    for (; d < D; d += 8) pv_block(R, 1, f16, vt, vrow, nk, P, o, alpha, first, d);
+}
+
+/* ================================================================ one tile, R rows */
+
+/* All-lanes max / sum of v. */
+INLINE __m256 bmax8(__m256 v)
+{
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+INLINE __m256 bsum8(__m256 v)
+{
+    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+/* Online-softmax state of one row, every lane the same value. */
+struct rowstate {
+    __m256 m; /* running max */
+    __m256 l; /* running sum */
+};
+
+/* One 16-key tile for R <= 4 rows (qs, o, st: this block's rows): S in registers, masked when
+ * the tile is diagonal (row r sees the first lim[r] keys), online softmax, P through a small
+ * buffer, then O = alpha O + P V over the nk keys any row sees. kt/vt: the tile's K and V rows
+ * (F16 when f16, else F32 - the pool itself or the converted buffer). */
+INLINE void tile_rows(int R, int f16, int D, const float *qs, const unsigned char *kt, const unsigned char *vt,
+                      int nk, int mask, const int *lim, struct rowstate *st, float *const *o, int first)
+{
+    _Alignas(32) float P[4 * FA2_BLOCK];
+    float alpha[4];
+    __m256 s[4][2];
+    qk_rows(R, f16, qs, D, kt, s);
+    const __m256i iota0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i iota1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+    UNROLL for (int r = 0; r < R; r++) {
+        __m256 s0 = s[r][0], s1 = s[r][1];
+        if (mask) {
+            const __m256 ninf = _mm256_set1_ps(-INFINITY);
+            const __m256i l = _mm256_set1_epi32(lim[r]); /* keys [0, lim) visible */
+            s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota0)));
+            s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota1)));
+        }
+        const __m256 mn = _mm256_max_ps(st[r].m, bmax8(_mm256_max_ps(s0, s1)));
+        /* alpha = e^(m - m'), exactly 1 while the max does not move (most tiles) */
+        const __m256 al = _mm256_movemask_ps(_mm256_cmp_ps(mn, st[r].m, _CMP_GT_OQ))
+                              ? exp8(_mm256_sub_ps(st[r].m, mn))
+                              : _mm256_set1_ps(1.0f);
+        const __m256 p0 = exp8(_mm256_sub_ps(s0, mn)), p1 = exp8(_mm256_sub_ps(s1, mn));
+        st[r].l = _mm256_fmadd_ps(al, st[r].l, bsum8(_mm256_add_ps(p0, p1)));
+        st[r].m = mn;
+        _mm256_store_ps(P + r * FA2_BLOCK, p0);
+        _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
+        alpha[r] = _mm256_cvtss_f32(al);
+    }
+    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : 2, f16, vt, D, nk, P, o, alpha, first); /* R x NV accumulators */
+}
+
+/* ================================================================ the job */
+
+/* tile_rows for fixed R, source type and head_dim (0: any), each its own function: the register
+ * allocator then sees only the tile's own values (inlined into the tile loop of the job, the
+ * hoisted constants of the loop pushed accumulators out to the stack). */
+typedef void (*tile_fn)(int D, const float *qs, const unsigned char *kt, const unsigned char *vt, int nk, int mask,
+                        const int *lim, struct rowstate *st, float *const *o, int first);
+
+#define TILE_FN(R, F, DC)                                                                                          \
+    static __attribute__((noinline)) void tile_##R##_##F##_##DC(int D, const float *qs, const unsigned char *kt,  \
+                                                                const unsigned char *vt, int nk, int mask,         \
+                                                                const int *lim, struct rowstate *st,               \
+                                                                float *const *o, int first)                        \
+    {                                                                                                              \
+        tile_rows(R, F, DC ? DC : D, qs, kt, vt, nk, mask, lim, st, o, first);                                     \
+    }
+#define TILE_FNS(F, DC) TILE_FN(1, F, DC) TILE_FN(2, F, DC) TILE_FN(3, F, DC) TILE_FN(4, F, DC)
+TILE_FNS(0, 0)
+TILE_FNS(1, 0)
+TILE_FNS(0, 64)
+TILE_FNS(1, 64)
+TILE_FNS(0, 128)
+TILE_FNS(1, 128)
+#define TILE_ROW(F, DC) {tile_1_##F##_##DC, tile_2_##F##_##DC, tile_3_##F##_##DC, tile_4_##F##_##DC}
+
+/* [head_dim 64 / 128 / other][F32 / F16 source][R - 1] */
+static const tile_fn g_tiles[3][2][4] = {
+    {TILE_ROW(0, 64), TILE_ROW(1, 64)},
+    {TILE_ROW(0, 128), TILE_ROW(1, 128)},
+    {TILE_ROW(0, 0), TILE_ROW(1, 0)},
+};
+
+static void job_run(const struct fa2_job *j)
+{
+    const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
+    _Alignas(32) float qs[FA2_MAX_ROW_FLOATS]; /* (rows, D) q * scale */
+    _Alignas(32) float kt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
+    _Alignas(32) float vt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
+    struct rowstate st[FA2_MAX_ROWS];
+    float *o[FA2_MAX_ROWS];
+
+    const __m256 sc = _mm256_set1_ps(j->scale);
+    for (int r = 0; r < rows; r++) {
+        const float *q = j->q + (size_t)(r / G) * j->q_tok_stride + (size_t)(r % G) * D;
+        for (int d = 0; d < D; d += 8) _mm256_store_ps(qs + (size_t)r * D + d, _mm256_mul_ps(sc, _mm256_loadu_ps(q + d)));
+        o[r] = j->o + (size_t)(r / G) * j->o_tok_stride + (size_t)(r % G) * D;
+        st[r].m = _mm256_set1_ps(-FLT_MAX / 2);
+        st[r].l = _mm256_setzero_ps();
+    }
+
+    /* more than 4 rows: several row blocks read each tile, so F16 is converted once into kt/vt */
+    const int buffered = f16 && rows > 4;
+    const tile_fn *tiles = g_tiles[D == 64 ? 0 : D == 128 ? 1 : 2][buffered ? 0 : f16];
+    const int kend_last = j->kend0 + j->n_tok - 1;
+    const size_t tile_bytes = (size_t)FA2_BLOCK * D * (f16 ? 2 : 4);
+    for (int kb = j->kb0; kb < j->kb1 && kb < j->kb0 + FA2_PREFETCH_TILES; kb++) {
+        prefetch_bytes(j->k + (size_t)j->block_table[kb] * j->block_stride, tile_bytes);
+        prefetch_bytes(j->v + (size_t)j->block_table[kb] * j->block_stride, tile_bytes);
+    }
+    for (int kb = j->kb0; kb < j->kb1; kb++) {
+        if (kb + FA2_PREFETCH_TILES < j->kb1) {
+            const size_t poff = (size_t)j->block_table[kb + FA2_PREFETCH_TILES] * j->block_stride;
+            prefetch_bytes(j->k + poff, tile_bytes);
+            prefetch_bytes(j->v + poff, tile_bytes);
+        }
+        const int key0 = kb * FA2_BLOCK;
+        const int nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK;
+        const int mask = key0 + FA2_BLOCK > j->kend0;
+        const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
+        const unsigned char *kp = j->k + boff, *vp = j->v + boff;
+        if (buffered) {
+            /* the whole K tile (scores of invisible keys are masked), the visible V rows */
+            for (int i = 0; i < FA2_BLOCK * D; i += 8) _mm256_store_ps(kt + i, ld8(kp + 2 * (size_t)i, 1));
+            for (int i = 0; i < nk * D; i += 8) _mm256_store_ps(vt + i, ld8(vp + 2 * (size_t)i, 1));
+            kp = (const unsigned char *)kt;
+            vp = (const unsigned char *)vt;
+        }
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            const int R = rows - r0 < 4 ? rows - r0 : 4;
+            int lim[4];
+            for (int r = 0; r < R; r++) lim[r] = j->kend0 + (r0 + r) / G - key0;
+            tiles[R - 1](D, qs + (size_t)r0 * D, kp, vp, nk, mask, lim, st + r0, o + r0, kb == j->kb0);
+        }
+    }
+    if (j->kb0 >= j->kb1) /* no keys: not produced by fa2.c, but the output is defined */
+        for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
+
+    for (int r = 0; r < rows; r++) {
+        const float l = _mm256_cvtss_f32(st[r].l);
+        if (j->ml) {
+            j->ml[2 * r] = _mm256_cvtss_f32(st[r].m);
+            j->ml[2 * r + 1] = l;
+            continue;
+        }
+        const __m256 inv = _mm256_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+        for (int d = 0; d < D; d += 8)
+            _mm256_storeu_ps(o[r] + d, l > 0.0f ? _mm256_mul_ps(inv, _mm256_loadu_ps(o[r] + d)) : _mm256_setzero_ps());
+    }
+}
+
+/* AVX2 job (head_dim % 8 == 0); see fa2.h. Thread-safe, about 40 KiB of stack. */
+void fa2_avx2_job(const struct fa2_job *j) { job_run(j); }

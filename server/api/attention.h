@@ -1,0 +1,23 @@
+/* attention.h - GET /attention?layer=L&head=H[&id=ID][&values=1]: the causal attention weights
+ * of one layer and query head over a finished request's tokens, recomputed by the scheduler
+ * (sched_attention()), plus a short history of finished requests to address by id. */
+#ifndef ATTND_API_ATTENTION_H
+#define ATTND_API_ATTENTION_H
+
+#include <microhttpd.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/api/api.h"
+
+/* Remembers a finished request (its prompt then its generated tokens, both copied) as the most
+ * recent one; the oldest of cfg.keep_requests falls out. Thread-safe; drops the entry quietly
+ * when out of memory. */
+void api_attention_remember(struct http_server *srv, uint64_t id, const int32_t *prompt, size_t n_prompt,
+                            const int32_t *gen, size_t n_gen);
+
+/* Handles GET /attention on c. Bad or unknown query parameters and an out-of-range layer or
+ * head answer 400, an unknown id 404, a sequence longer than cfg.attention_max_tokens 413. */
+enum MHD_Result api_attention(struct api_conn *c);
+
+#endif
