@@ -298,7 +298,9 @@ static void matmul_prepared(struct fwd_ctx *c, const struct model_weight *w, siz
                             const float *bias)
 {
     struct mm_job j = {w, c->prep, row_bytes, n_tok, y, bias};
-    tpool_run(c->pool, mm_run, &j);
+    /* below ~256K multiply-adds, waking the workers costs more than it saves */
+    if ((uint64_t)w->n_in * w->n_out * n_tok < (1u << 18)) mm_run(&j, 0, 1);
+    else tpool_run(c->pool, mm_run, &j);
 }
 
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, size_t n_tok, float *y,

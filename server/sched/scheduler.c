@@ -102,6 +102,7 @@ struct sched {
     uint64_t *cancels;        /* ids asked to stop, applied by the worker */
     int n_cancels, cap_cancels;
     uint64_t next_id;
+    double last_publish;      /* worker: when stats were last published (ms) */
     struct sched_stats stats; /* copy published by the worker after each step */
 };
 
@@ -502,7 +503,12 @@ static void *worker(void *arg)
             continue;
         }
         step(s);
-        publish_stats(s);
+        /* kv_get_stats walks the whole pool: publish at most every 20 ms, and when idle */
+        double t = now_ms();
+        if (t - s->last_publish > 20.0 || s->n_running == 0) {
+            publish_stats(s);
+            s->last_publish = t;
+        }
         pthread_mutex_lock(&s->mu);
         if (!s->head && s->active == 0) pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mu);
