@@ -2,20 +2,24 @@
  * -mf16c (the Makefile does that for *_avx2.c); fa2.c calls it only after cpu_kernels_init()
  * found those extensions, and only for head_dim % 8 == 0. Contract: struct fa2_job in fa2.h.
  *
- * Per 16-key tile of a job (rows = tokens x query heads of one KV group):
- *   1. S = Qs Kᵀ (Qs = q * scale, copied once per job). Register block: R rows x KJ keys with
- *      R * KJ = 8 accumulators over head_dim, then one transposing horizontal reduction gives
- *      the 8 dot products in one vector.
- *   2. Online softmax per row: mask the keys a row must not see (diagonal tile only) by
- *      selecting -inf, m' = max(m, rowmax S), P = exp(S - m') (a polynomial exp), alpha =
- *      exp(m - m'), l = alpha l + rowsum P.
- *   3. O = alpha O + P V, register block R rows x NV vectors of head_dim, O held in the output
- *      rows themselves.
- * F16 tiles are converted once per tile for the whole group: with more than 4 rows into an f32
- * buffer that every row block reads; with 4 rows or fewer (a decode step with GQA <= 4) on the
- * fly, since one row block then covers every row and each element is converted exactly once.
- * Keys at or past the last visible one are never read by step 3; in step 1 their scores are
- * computed and replaced by -inf before anything uses them. */
+ * A job's rows (tokens x query heads of one KV group) go through each 16-key tile in blocks of
+ * R <= 4 rows:
+ *   1. S = Qs Kᵀ (Qs = q * scale, copied once per job) in registers. Register block R rows x KJ
+ *      keys, R * KJ = 8 accumulators over head_dim; a transposing reduction turns them into one
+ *      vector of 8 dot products, and unpacks/permutes put those back in row order.
+ *   2. Online softmax per row, in registers: keys a row must not see (diagonal tile only) get
+ *      -inf by a select, m' = max(m, rowmax S), P = exp(S - m') with a polynomial exp,
+ *      alpha = exp(m - m') (skipped while the max does not move), l = alpha l + rowsum P.
+ *   3. O = alpha O + P V, register block R rows x NV vectors of head_dim, O kept in the output
+ *      rows themselves, P broadcast from a 256-byte buffer.
+ * F16 is converted once per tile for the whole group: with more than 4 rows into an f32 buffer
+ * that every row block reads; with 4 rows or fewer (a decode step with GQA <= 4) on the fly,
+ * since one row block then covers every row. Keys at or past the last visible one are never read
+ * by step 3; in step 1 their scores are computed and replaced by -inf before any use.
+ *
+ * K/V tiles sit in scattered physical blocks the hardware prefetcher cannot follow, so the
+ * tile FA2_PREFETCH_TILES ahead is requested while this one is computed, one cache line per
+ * inner-loop step (a burst of a whole tile's prefetches does not overlap with the arithmetic). */
 #include "kernels/cpu/fa2.h"
 
 #include <float.h>
@@ -31,9 +35,7 @@
 /* Register blocks are arrays indexed by constant loops: unrolled fully, they become registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#ifndef FA2_PREFETCH_TILES
 #define FA2_PREFETCH_TILES 2 /* tiles of K and V requested ahead of the one being computed */
-#endif
 
 /* ================================================================ helpers */
 
@@ -59,8 +61,23 @@ INLINE __m256 exp8(__m256 x)
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
 }
 
-/* Lane i of the result = sum of the 8 lanes of a[i]. Unpacks and adds (single-uop, short
- * latency) rather than hadd: pairs of vectors, then quads, then the two 128-bit halves. */
+/* All-lanes max / sum of v. */
+INLINE __m256 bmax8(__m256 v)
+{
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+INLINE __m256 bsum8(__m256 v)
+{
+    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+/* Lane i of the result = sum of the 8 lanes of a[i]: pairs of vectors, then quads, then the
+ * two 128-bit halves, with unpacks and adds. */
 INLINE __m256 reduce8(const __m256 a[8])
 {
     __m256 t[4];
@@ -80,47 +97,77 @@ INLINE __m256 ld8(const unsigned char *p, int f16)
     return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
 }
 
-/* Asks for the n bytes at p to be brought into L1 ahead of use. K/V tiles live in scattered
- * physical blocks, which the hardware prefetcher cannot guess across. */
-INLINE void prefetch_bytes(const unsigned char *p, size_t n)
+/* ================================================================ one tile, R rows */
+
+/* What a row block needs to know about the tile. */
+struct tile {
+    const unsigned char *k, *v;   /* the tile's 16 K and V rows (pool or converted buffer) */
+    const unsigned char *pk, *pv; /* the same rows of a later tile, to prefetch (never NULL) */
+    int nk;                       /* keys any row sees (V rows read) */
+    int mask;                     /* diagonal tile: row r sees only its first lim[r] keys */
+    int first;                    /* first tile of the job: O starts at 0 */
+    int lim[4];
+};
+
+/* Online-softmax state of one row, every lane the same value. */
+struct rowstate {
+    __m256 m; /* running max */
+    __m256 l; /* running sum */
+};
+
+/* One head_dim step of 8 for qk_block. */
+INLINE void qk_step(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, size_t krow, int j0,
+                    int d, __m256 acc[8])
 {
-    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+    const size_t esz = f16 ? 2 : 4;
+    __m256 q[4];
+    UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
+    UNROLL for (int c = 0; c < KJ; c++) {
+        const __m256 kv = ld8(kt + (size_t)(j0 + c) * krow + (size_t)d * esz, f16);
+        UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
+    }
 }
 
-/* ================================================================ S = Qs Kᵀ */
-
 /* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
- * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
-INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, size_t krow, int j0)
+ * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. The
+ * same keys' 64-byte lines of the tile at pf are prefetched on the way (pf is never NULL). */
+INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt,
+                       const unsigned char *pf, size_t krow, int j0)
 {
     const size_t esz = f16 ? 2 : 4;
     __m256 acc[8];
     UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-    for (int d = 0; d < D; d += 8) {
-        __m256 q[4];
-        UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
+    int d = 0;
+    for (; d + 32 <= D; d += 32) { /* 64 (F16) or 128 (F32) bytes of each key row */
         UNROLL for (int c = 0; c < KJ; c++) {
-            const __m256 kv = ld8(kt + (size_t)(j0 + c) * krow + (size_t)d * esz, f16);
-            UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
+            const unsigned char *p = pf + (size_t)(j0 + c) * krow + (size_t)d * esz;
+            _mm_prefetch((const char *)p, _MM_HINT_T0);
+            if (!f16) _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
         }
+        UNROLL for (int u = 0; u < 4; u++) qk_step(R, KJ, f16, qs, D, kt, krow, j0, d + 8 * u, acc);
+    }
+    for (; d < D; d += 8) {
+        UNROLL for (int c = 0; c < KJ; c++)
+            _mm_prefetch((const char *)(pf + (size_t)(j0 + c) * krow + (size_t)d * esz), _MM_HINT_T0);
+        qk_step(R, KJ, f16, qs, D, kt, krow, j0, d, acc);
     }
     return reduce8(acc);
 }
 
-/* The 16 scores of R <= 4 rows, in registers: s[r][0] keys 0-7, s[r][1] keys 8-15. The register
- * blocks (R x KJ = 4x2, 3x2, 2x4, 1x8) come out of reduce8 key-pair or key-quad interleaved
- * and are put back in row order with unpacks and lane permutes. */
-INLINE void qk_rows(int R, int f16, const float *qs, int D, const unsigned char *kt, __m256 s[4][2])
+/* The 16 scores of R <= 4 rows: s[r][0] keys 0-7, s[r][1] keys 8-15. The blocks R x KJ = 4x2,
+ * 3x2, 2x4, 1x8 come out of reduce8 interleaved by key pairs or quads; unpacks and lane
+ * permutes put them back in row order. */
+INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t, __m256 s[4][2])
 {
     const size_t krow = (size_t)D * (f16 ? 2 : 4);
     if (R == 1) {
-        s[0][0] = qk_block(1, 8, f16, qs, D, kt, krow, 0);
-        s[0][1] = qk_block(1, 8, f16, qs, D, kt, krow, 8);
+        s[0][0] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 0);
+        s[0][1] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 8);
     } else if (R == 2) {
         UNROLL for (int h = 0; h < 2; h++) {
             /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
-            const __m256 a = qk_block(2, 4, f16, qs, D, kt, krow, 8 * h);
-            const __m256 b = qk_block(2, 4, f16, qs, D, kt, krow, 8 * h + 4);
+            const __m256 a = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h);
+            const __m256 b = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h + 4);
             s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
             s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
         }
@@ -129,7 +176,7 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const unsigned char 
             /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
             __m256d x[4];
             UNROLL for (int p = 0; p < 4; p++)
-                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, kt, krow, 8 * h + 2 * p));
+                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t->k, t->pk, krow, 8 * h + 2 * p));
             const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
             const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
             const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
@@ -142,25 +189,34 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const unsigned char 
     }
 }
 
-/* ================================================================ O = alpha O + P V */
-
-/* Columns [d, d + 8 NV) of rows o[0..R): over the first nk keys of the tile (rows of vrow bytes
- * from vt). first: O starts at 0 (the output rows hold nothing yet) instead of alpha O. */
-INLINE void pv_block(int R, int NV, int f16, const unsigned char *vt, size_t vrow, int nk, const float *P,
-                     float *const *o, const float *alpha, int first, int d)
+/* Columns [d, d + 8 NV) of rows o[0..R) over the first nk keys. first: O starts at 0 (the output
+ * rows hold nothing yet); rescale: O starts at alpha O, else at O (every alpha is 1). */
+INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, const float *P, float *const *o,
+                     const float *alpha, int rescale, int d)
 {
     const size_t esz = f16 ? 2 : 4;
     __m256 acc[4][8];
     UNROLL for (int r = 0; r < R; r++) {
         const __m256 al = _mm256_set1_ps(alpha[r]);
-        UNROLL for (int v = 0; v < NV; v++)
-            acc[r][v] = first ? _mm256_setzero_ps() : _mm256_mul_ps(al, _mm256_loadu_ps(o[r] + d + 8 * v));
+        UNROLL for (int v = 0; v < NV; v++) {
+            if (t->first)
+                acc[r][v] = _mm256_setzero_ps();
+            else if (rescale)
+                acc[r][v] = _mm256_mul_ps(al, _mm256_loadu_ps(o[r] + d + 8 * v));
+            else
+                acc[r][v] = _mm256_loadu_ps(o[r] + d + 8 * v);
+        }
     }
-    for (int k = 0; k < nk; k++) {
+    /* prefetch: one line per 64 bytes of the columns, per key row of the later tile */
+    int pfv[8];
+    UNROLL for (int v = 0; v < NV; v++) pfv[v] = ((size_t)(d + 8 * v) * esz & 63) == 0;
+    for (int k = 0; k < t->nk; k++) {
         __m256 p[4];
         UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
         UNROLL for (int v = 0; v < NV; v++) {
-            const __m256 vv = ld8(vt + (size_t)k * vrow + (size_t)(d + 8 * v) * esz, f16);
+            const size_t off = (size_t)k * vrow + (size_t)(d + 8 * v) * esz;
+            if (pfv[v]) _mm_prefetch((const char *)(t->pv + off), _MM_HINT_T0);
+            const __m256 vv = ld8(t->v + off, f16);
             UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
         }
     }
@@ -168,64 +224,41 @@ INLINE void pv_block(int R, int NV, int f16, const unsigned char *vt, size_t vro
         UNROLL for (int v = 0; v < NV; v++) _mm256_storeu_ps(o[r] + d + 8 * v, acc[r][v]);
 }
 
-INLINE void pv_rows(int R, int NV, int f16, const unsigned char *vt, int D, int nk, const float *P,
-                    float *const *o, const float *alpha, int first)
+INLINE void pv_rows(int R, int NV, int f16, int D, const struct tile *t, const float *P, float *const *o,
+                    const float *alpha, int rescale)
 {
     const size_t vrow = (size_t)D * (f16 ? 2 : 4);
     int d = 0;
-    for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, vt, vrow, nk, P, o, alpha, first, d);
-    for (; d < D; d += 8) pv_block(R, 1, f16, vt, vrow, nk, P, o, alpha, first, d);
+    for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, t, vrow, P, o, alpha, rescale, d);
+    for (; d < D; d += 8) pv_block(R, 1, f16, t, vrow, P, o, alpha, rescale, d);
 }
 
-/* ================================================================ one tile, R rows */
-
-/* All-lanes max / sum of v. */
-INLINE __m256 bmax8(__m256 v)
-{
-    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
-    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
-}
-
-INLINE __m256 bsum8(__m256 v)
-{
-    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
-    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
-}
-
-/* Online-softmax state of one row, every lane the same value. */
-struct rowstate {
-    __m256 m; /* running max */
-    __m256 l; /* running sum */
-};
-
-/* One 16-key tile for R <= 4 rows (qs, o, st: this block's rows): S in registers, masked when
- * the tile is diagonal (row r sees the first lim[r] keys), online softmax, P through a small
- * buffer, then O = alpha O + P V over the nk keys any row sees. kt/vt: the tile's K and V rows
- * (F16 when f16, else F32 - the pool itself or the converted buffer). */
-INLINE void tile_rows(int R, int f16, int D, const float *qs, const unsigned char *kt, const unsigned char *vt,
-                      int nk, int mask, const int *lim, struct rowstate *st, float *const *o, int first)
+/* Steps 1-3 of one tile for R <= 4 rows (qs, st, o: this block's rows). f16: t's K/V type. */
+INLINE void tile_rows(int R, int f16, int D, const float *qs, const struct tile *t, struct rowstate *st,
+                      float *const *o)
 {
     _Alignas(32) float P[4 * FA2_BLOCK];
     float alpha[4];
     __m256 s[4][2];
-    qk_rows(R, f16, qs, D, kt, s);
+    qk_rows(R, f16, qs, D, t, s);
     const __m256i iota0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i iota1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+    int rescale = 0;
     UNROLL for (int r = 0; r < R; r++) {
         __m256 s0 = s[r][0], s1 = s[r][1];
-        if (mask) {
+        if (t->mask) {
             const __m256 ninf = _mm256_set1_ps(-INFINITY);
-            const __m256i l = _mm256_set1_epi32(lim[r]); /* keys [0, lim) visible */
+            const __m256i l = _mm256_set1_epi32(t->lim[r]); /* keys [0, lim) visible */
             s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota0)));
             s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota1)));
         }
         const __m256 mn = _mm256_max_ps(st[r].m, bmax8(_mm256_max_ps(s0, s1)));
         /* alpha = e^(m - m'), exactly 1 while the max does not move (most tiles) */
-        const __m256 al = _mm256_movemask_ps(_mm256_cmp_ps(mn, st[r].m, _CMP_GT_OQ))
-                              ? exp8(_mm256_sub_ps(st[r].m, mn))
-                              : _mm256_set1_ps(1.0f);
+        __m256 al = _mm256_set1_ps(1.0f);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(mn, st[r].m, _CMP_GT_OQ))) {
+            al = exp8(_mm256_sub_ps(st[r].m, mn));
+            rescale = 1;
+        }
         const __m256 p0 = exp8(_mm256_sub_ps(s0, mn)), p1 = exp8(_mm256_sub_ps(s1, mn));
         st[r].l = _mm256_fmadd_ps(al, st[r].l, bsum8(_mm256_add_ps(p0, p1)));
         st[r].m = mn;
@@ -233,24 +266,21 @@ INLINE void tile_rows(int R, int f16, int D, const float *qs, const unsigned cha
         _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
         alpha[r] = _mm256_cvtss_f32(al);
     }
-    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : 2, f16, vt, D, nk, P, o, alpha, first); /* R x NV accumulators */
+    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : 2, f16, D, t, P, o, alpha, rescale); /* R x NV accumulators */
 }
 
 /* ================================================================ the job */
 
-/* tile_rows for fixed R, source type and head_dim (0: any), each its own function: the register
- * allocator then sees only the tile's own values (inlined into the tile loop of the job, the
- * hoisted constants of the loop pushed accumulators out to the stack). */
-typedef void (*tile_fn)(int D, const float *qs, const unsigned char *kt, const unsigned char *vt, int nk, int mask,
-                        const int *lim, struct rowstate *st, float *const *o, int first);
+/* tile_rows for fixed R, K/V type and head_dim (0: any), each its own function so the register
+ * allocator sees only the tile's values (inlined into the job's tile loop, the loop's hoisted
+ * values pushed accumulators out to the stack). */
+typedef void (*tile_fn)(int D, const float *qs, const struct tile *t, struct rowstate *st, float *const *o);
 
-#define TILE_FN(R, F, DC)                                                                                          \
-    static __attribute__((noinline)) void tile_##R##_##F##_##DC(int D, const float *qs, const unsigned char *kt,  \
-                                                                const unsigned char *vt, int nk, int mask,         \
-                                                                const int *lim, struct rowstate *st,               \
-                                                                float *const *o, int first)                        \
-    {                                                                                                              \
-        tile_rows(R, F, DC ? DC : D, qs, kt, vt, nk, mask, lim, st, o, first);                                     \
+#define TILE_FN(R, F, DC)                                                                                    \
+    static __attribute__((noinline)) void tile_##R##_##F##_##DC(int D, const float *qs, const struct tile *t, \
+                                                                struct rowstate *st, float *const *o)        \
+    {                                                                                                        \
+        tile_rows(R, F, DC ? DC : D, qs, t, st, o);                                                          \
     }
 #define TILE_FNS(F, DC) TILE_FN(1, F, DC) TILE_FN(2, F, DC) TILE_FN(3, F, DC) TILE_FN(4, F, DC)
 TILE_FNS(0, 0)
@@ -261,14 +291,15 @@ TILE_FNS(0, 128)
 TILE_FNS(1, 128)
 #define TILE_ROW(F, DC) {tile_1_##F##_##DC, tile_2_##F##_##DC, tile_3_##F##_##DC, tile_4_##F##_##DC}
 
-/* [head_dim 64 / 128 / other][F32 / F16 source][R - 1] */
+/* [head_dim 64 / 128 / other][F32 / F16 rows][R - 1] */
 static const tile_fn g_tiles[3][2][4] = {
     {TILE_ROW(0, 64), TILE_ROW(1, 64)},
     {TILE_ROW(0, 128), TILE_ROW(1, 128)},
     {TILE_ROW(0, 0), TILE_ROW(1, 0)},
 };
 
-static void job_run(const struct fa2_job *j)
+/* AVX2 job (head_dim % 8 == 0); see fa2.h. Thread-safe, about 40 KiB of stack. */
+void fa2_avx2_job(const struct fa2_job *j)
 {
     const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
     _Alignas(32) float qs[FA2_MAX_ROW_FLOATS]; /* (rows, D) q * scale */
@@ -292,32 +323,44 @@ static void job_run(const struct fa2_job *j)
     const int kend_last = j->kend0 + j->n_tok - 1;
     const size_t tile_bytes = (size_t)FA2_BLOCK * D * (f16 ? 2 : 4);
     for (int kb = j->kb0; kb < j->kb1 && kb < j->kb0 + FA2_PREFETCH_TILES; kb++) {
-        prefetch_bytes(j->k + (size_t)j->block_table[kb] * j->block_stride, tile_bytes);
-        prefetch_bytes(j->v + (size_t)j->block_table[kb] * j->block_stride, tile_bytes);
+        const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
+        for (size_t off = 0; off < tile_bytes; off += 64) {
+            _mm_prefetch((const char *)(j->k + boff + off), _MM_HINT_T0);
+            _mm_prefetch((const char *)(j->v + boff + off), _MM_HINT_T0);
+        }
     }
     for (int kb = j->kb0; kb < j->kb1; kb++) {
-        if (kb + FA2_PREFETCH_TILES < j->kb1) {
-            const size_t poff = (size_t)j->block_table[kb + FA2_PREFETCH_TILES] * j->block_stride;
-            prefetch_bytes(j->k + poff, tile_bytes);
-            prefetch_bytes(j->v + poff, tile_bytes);
-        }
         const int key0 = kb * FA2_BLOCK;
-        const int nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK;
-        const int mask = key0 + FA2_BLOCK > j->kend0;
         const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
-        const unsigned char *kp = j->k + boff, *vp = j->v + boff;
+        struct tile t = {
+            .k = j->k + boff,
+            .v = j->v + boff,
+            .nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK,
+            .mask = key0 + FA2_BLOCK > j->kend0,
+            .first = kb == j->kb0,
+        };
+        /* the tile to prefetch; past the last one the job's first tile again (in cache, harmless) */
+        const int pkb = kb + FA2_PREFETCH_TILES < j->kb1 ? kb + FA2_PREFETCH_TILES : j->kb0;
+        const size_t poff = (size_t)j->block_table[pkb] * j->block_stride;
+        t.pk = j->k + poff;
+        t.pv = j->v + poff;
         if (buffered) {
-            /* the whole K tile (scores of invisible keys are masked), the visible V rows */
-            for (int i = 0; i < FA2_BLOCK * D; i += 8) _mm256_store_ps(kt + i, ld8(kp + 2 * (size_t)i, 1));
-            for (int i = 0; i < nk * D; i += 8) _mm256_store_ps(vt + i, ld8(vp + 2 * (size_t)i, 1));
-            kp = (const unsigned char *)kt;
-            vp = (const unsigned char *)vt;
+            /* the whole K tile (scores of invisible keys are masked), the visible V rows;
+             * the later K tile is requested during the conversion, its V during row block 0 */
+            for (int i = 0; i < FA2_BLOCK * D; i += 8) {
+                if ((i & 31) == 0) _mm_prefetch((const char *)(t.pk + 2 * (size_t)i), _MM_HINT_T0);
+                _mm256_store_ps(kt + i, ld8(t.k + 2 * (size_t)i, 1));
+            }
+            for (int i = 0; i < t.nk * D; i += 8) _mm256_store_ps(vt + i, ld8(t.v + 2 * (size_t)i, 1));
+            t.k = t.pk = (const unsigned char *)kt;
+            t.v = (const unsigned char *)vt;
         }
         for (int r0 = 0; r0 < rows; r0 += 4) {
             const int R = rows - r0 < 4 ? rows - r0 : 4;
-            int lim[4];
-            for (int r = 0; r < R; r++) lim[r] = j->kend0 + (r0 + r) / G - key0;
-            tiles[R - 1](D, qs + (size_t)r0 * D, kp, vp, nk, mask, lim, st + r0, o + r0, kb == j->kb0);
+            for (int r = 0; r < R; r++) t.lim[r] = j->kend0 + (r0 + r) / G - key0;
+            tiles[R - 1](D, qs + (size_t)r0 * D, &t, st + r0, o + r0);
+            t.pk = t.k; /* later row blocks: already requested, point at what is in cache */
+            t.pv = t.v;
         }
     }
     if (j->kb0 >= j->kb1) /* no keys: not produced by fa2.c, but the output is defined */
@@ -335,6 +378,3 @@ static void job_run(const struct fa2_job *j)
             _mm256_storeu_ps(o[r] + d, l > 0.0f ? _mm256_mul_ps(inv, _mm256_loadu_ps(o[r] + d)) : _mm256_setzero_ps());
     }
 }
-
-/* AVX2 job (head_dim % 8 == 0); see fa2.h. Thread-safe, about 40 KiB of stack. */
-void fa2_avx2_job(const struct fa2_job *j) { job_run(j); }
