@@ -4,9 +4,11 @@
  * Decode: one query token per head over a paged F16 KV cache of 8 KV heads (shuffled blocks),
  * KV length 4096/8192, head dim 64/128, GQA 1:1 and 4:1. Two timings: "warm" runs the same pool
  * again and again (it stays in L3 when it fits), "cold" cycles through enough pools to exceed the
- * L3 cache, as successive layers of a model do. Prefill: 512 query tokens from position 0 with
+ * L3 cache, as successive layers of a model do; decode reads every K and V byte once, so the
+ * table also gives the cold rate in GB/s and the machine's read bandwidth measured alongside. Prefill: 512 query tokens from position 0 with
  * the causal mask, head dim 128, 14 query / 2 KV heads, in GFLOP/s (4 * head_dim flops per
- * visible (query, key) pair and head). Prints markdown tables of medians. */
+ * visible (query, key) pair and head). Prints markdown tables of medians (and the fastest call,
+ * which shows the kernel when no other process competes for the cores). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,8 +85,10 @@ static int32_t *make_table(int n)
     return t;
 }
 
-/* Median ms of reps calls over n_pools pool pairs used in turn (after 3 warm-up calls). */
-static double time_attend(struct tpool *pool, struct fa2_args *a, uint16_t **k, uint16_t **v, int n_pools, int reps)
+/* Median ms of reps calls over n_pools pool pairs used in turn (after 3 warm-up calls); the
+ * fastest call's ms into *best if not NULL. */
+static double time_attend(struct tpool *pool, struct fa2_args *a, uint16_t **k, uint16_t **v, int n_pools, int reps,
+                          double *best)
 {
     double t[200];
     for (int i = 0; i < reps + 3; i++) {
@@ -94,7 +98,43 @@ static double time_attend(struct tpool *pool, struct fa2_args *a, uint16_t **k, 
         fa2_attend(pool, a);
         if (i >= 3) t[i - 3] = (now() - t0) * 1e3;
     }
-    return median(t, reps);
+    const double med = median(t, reps); /* sorts t */
+    if (best) *best = t[0];
+    return med;
+}
+
+/* Memory read bandwidth at the time of the run, in GB/s: every thread sums its share of a
+ * buffer far larger than the caches (median of 5). Decode attention is bound by it. */
+struct bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sum[64];
+};
+
+static void bw_run(void *arg, int ith, int nth)
+{
+    struct bw_job *b = arg;
+    size_t lo = b->n * ith / nth, hi = b->n * (ith + 1) / nth;
+    uint64_t s = 0;
+    for (size_t i = lo; i < hi; i++) s += b->buf[i];
+    b->sum[ith % 64] = s;
+}
+
+static double read_bandwidth(struct tpool *pool)
+{
+    const size_t n = COLD_BYTES / sizeof(uint64_t);
+    uint64_t *buf = xmalloc(COLD_BYTES);
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    struct bw_job b = {.buf = buf, .n = n};
+    double t[5];
+    tpool_run(pool, bw_run, &b);
+    for (int i = 0; i < 5; i++) {
+        double t0 = now();
+        tpool_run(pool, bw_run, &b);
+        t[i] = now() - t0;
+    }
+    free(buf);
+    return (double)COLD_BYTES / median(t, 5) / 1e9;
 }
 
 static void bench_decode(struct tpool *pool, int threads, int reps)
@@ -109,8 +149,8 @@ static void bench_decode(struct tpool *pool, int threads, int reps)
     const int n_kv = 8;
     printf("\n## FA2 decode (CPU %s, %d threads, F16 KV, 8 KV heads, 1 query token; median ms of %d)\n\n",
            cpu_isa_name(cpu_kernels_init()), threads, reps);
-    printf("| KV len | head dim | q heads (GQA) | n_split | warm ms | cold ms | reference ms | reference / warm |\n");
-    printf("|-------:|---------:|--------------:|--------:|--------:|--------:|-------------:|-----------------:|\n");
+    printf("| KV len | head dim | q heads (GQA) | warm ms | warm best ms | cold ms | cold K+V GB/s | reference ms | reference / warm |\n");
+    printf("|-------:|---------:|--------------:|--------:|-------------:|--------:|--------------:|-------------:|-----------------:|\n");
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int L = cases[ci].kv_len, D = cases[ci].head_dim, H = cases[ci].n_head;
         const int n_blocks = L / FA2_BLOCK;
@@ -131,15 +171,16 @@ static void bench_decode(struct tpool *pool, int threads, int reps)
                              .n_blocks = n_blocks, .scale = 0.125f, .seqs = &seq, .n_seqs = 1, .n_split = n_split};
         float *scratch = xmalloc(fa2_scratch_floats(&a) * sizeof(float) + 1);
         a.scratch = scratch;
-        const double warm = time_attend(pool, &a, k, v, 1, reps);
-        const double cold = time_attend(pool, &a, k, v, n_pools, reps);
+        double best;
+        const double warm = time_attend(pool, &a, k, v, 1, reps, &best);
+        const double cold = time_attend(pool, &a, k, v, n_pools, reps, NULL);
         char ref[32] = "", ratio[32] = "";
         if (cases[ci].ref_ms > 0) {
             snprintf(ref, sizeof ref, "%.2f", cases[ci].ref_ms);
             snprintf(ratio, sizeof ratio, "%.2fx", cases[ci].ref_ms / warm);
         }
-        printf("| %6d | %8d | %6d (%d:1) | %7d | %7.3f | %7.3f | %12s | %16s |\n", L, D, H, H / n_kv, n_split, warm,
-               cold, ref, ratio);
+        printf("| %6d | %8d | %6d (%d:1) | %7.3f | %12.3f | %7.3f | %13.1f | %12s | %16s |\n", L, D, H, H / n_kv, warm,
+               best, cold, (double)(2 * halves * sizeof(uint16_t)) / (cold * 1e-3) / 1e9, ref, ratio);
         fflush(stdout);
         for (int p = 0; p < n_pools; p++) {
             free(k[p]);
@@ -152,6 +193,8 @@ static void bench_decode(struct tpool *pool, int threads, int reps)
         free(out);
         free(scratch);
     }
+    printf("\nMemory read bandwidth during this run: %.1f GB/s (%d threads, %u MiB buffer).\n", read_bandwidth(pool),
+           threads, COLD_BYTES >> 20);
 }
 
 static void bench_prefill(struct tpool *pool, int threads, int reps)
@@ -165,13 +208,15 @@ static void bench_prefill(struct tpool *pool, int threads, int reps)
     struct fa2_seq seq = {.q = q, .out = out, .n_q = T, .pos0 = 0, .block_table = table};
     struct fa2_args a = {.n_head = H, .n_head_kv = n_kv, .head_dim = D, .kv_type = TENSOR_F16, .n_blocks = n_blocks,
                          .scale = 0.088f, .seqs = &seq, .n_seqs = 1, .n_split = 1};
-    const double ms = time_attend(pool, &a, &k, &v, 1, reps);
+    double best;
+    const double ms = time_attend(pool, &a, &k, &v, 1, reps, &best);
     const double flops = 4.0 * D * H * ((double)T * (T + 1) / 2);
     printf("\n## FA2 prefill (CPU %s, %d threads, F16 KV, causal; median of %d)\n\n", cpu_isa_name(cpu_kernels_init()),
            threads, reps);
-    printf("| query tokens | head dim | q/kv heads |     ms | GFLOP/s |\n");
-    printf("|-------------:|---------:|-----------:|-------:|--------:|\n");
-    printf("| %12d | %8d | %5d/%-4d | %6.2f | %7.1f |\n", T, D, H, n_kv, ms, flops / (ms * 1e-3) / 1e9);
+    printf("| query tokens | head dim | q/kv heads |     ms | GFLOP/s | best ms | best GFLOP/s |\n");
+    printf("|-------------:|---------:|-----------:|-------:|--------:|--------:|-------------:|\n");
+    printf("| %12d | %8d | %5d/%-4d | %6.2f | %7.1f | %7.2f | %12.1f |\n", T, D, H, n_kv, ms, flops / (ms * 1e-3) / 1e9,
+           best, flops / (best * 1e-3) / 1e9);
     free(k);
     free(v);
     free(table);

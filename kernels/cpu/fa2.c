@@ -11,6 +11,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef void (*fa2_job_fn)(const struct fa2_job *j);
@@ -164,25 +165,35 @@ int fa2_needs_reduce(const struct fa2_args *a)
 
 /* ================================================================ fa2_run */
 
-/* Walks every work item in a fixed order. Pass 0 only adds up the costs; pass 1 runs the items
- * whose cost midpoint falls in thread ith's share of the total. */
+/* Walks every work item in a fixed order (expensive items of a sequence first) and runs this
+ * thread's ones. Static (fa2_run): pass 0 only adds up the costs; pass 1 runs the items whose
+ * cost midpoint falls in thread ith's share of the total. Dynamic (fa2_attend): the thread runs
+ * item number claim and then claims the next unclaimed number from the shared counter; claims
+ * only grow, so one walk in order meets every claimed item. */
 struct walk {
     const struct fa2_args *a;
     const struct plan *p;
     fa2_job_fn fn;
     int pass, ith, nth;
-    int64_t cost; /* running sum */
+    int64_t cost;      /* running sum */
     int64_t total;
+    atomic_int *next;  /* dynamic: the shared counter, else NULL */
+    int claim, index;  /* dynamic: item this thread runs next; items walked so far */
 };
 
 static void walk_item(struct walk *w, struct fa2_job *job)
 {
-    const int64_t rows = (int64_t)job->n_tok * job->n_grp;
-    const int64_t c = rows * (job->kb1 - job->kb0) + rows + 4; /* tiles + per-row setup + call */
-    const int64_t mid2 = 2 * w->cost + c;
-    w->cost += c;
-    if (w->pass == 0) return;
-    if ((int)(mid2 * w->nth / (2 * w->total)) != w->ith) return;
+    if (w->next) {
+        if (w->index++ != w->claim) return;
+        w->claim = atomic_fetch_add_explicit(w->next, 1, memory_order_relaxed);
+    } else {
+        const int64_t rows = (int64_t)job->n_tok * job->n_grp;
+        const int64_t c = rows * (job->kb1 - job->kb0) + rows + 4; /* tiles + per-row setup + call */
+        const int64_t mid2 = 2 * w->cost + c;
+        w->cost += c;
+        if (w->pass == 0) return;
+        if ((int)(mid2 * w->nth / (2 * w->total)) != w->ith) return;
+    }
     for (int kb = job->kb0; kb < job->kb1; kb++)
         ATTND_CHECK(job->block_table[kb] >= 0 && job->block_table[kb] < w->a->n_blocks);
     w->fn(job);
@@ -232,7 +243,9 @@ static void walk_all(struct walk *w)
                         walk_item(w, &job);
                     }
                 } else {
-                    for (int t0 = 0; t0 < s->n_q; t0 += p->tok_per_job) {
+                    const int n_tt = (s->n_q + p->tok_per_job - 1) / p->tok_per_job;
+                    for (int tt = n_tt - 1; tt >= 0; tt--) { /* the later tokens see more keys */
+                        const int t0 = tt * p->tok_per_job;
                         job.n_tok = s->n_q - t0 < p->tok_per_job ? s->n_q - t0 : p->tok_per_job;
                         job.q = s->q + (size_t)t0 * tok_stride + (size_t)h0 * D;
                         job.o = s->out + (size_t)t0 * tok_stride + (size_t)h0 * D;
@@ -249,13 +262,19 @@ static void walk_all(struct walk *w)
     }
 }
 
-static void run_with(const struct fa2_args *a, int ith, int nth, fa2_job_fn fn)
+/* next: NULL for the static partition, else the dynamic claim counter (0 before the job). */
+static void run_with(const struct fa2_args *a, int ith, int nth, fa2_job_fn fn, atomic_int *next)
 {
     struct plan p;
     plan_init(a, &p);
     ATTND_CHECK(nth >= 1 && ith >= 0 && ith < nth);
     ATTND_CHECK(a->scratch != NULL || !fa2_needs_reduce(a));
-    struct walk w = {.a = a, .p = &p, .fn = fn, .pass = 0, .ith = ith, .nth = nth};
+    struct walk w = {.a = a, .p = &p, .fn = fn, .pass = 0, .ith = ith, .nth = nth, .next = next};
+    if (next) {
+        w.claim = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+        walk_all(&w);
+        return;
+    }
     walk_all(&w);
     if (w.cost == 0) return;
     w.total = w.cost;
@@ -274,7 +293,7 @@ static fa2_job_fn pick_job(const struct fa2_args *a)
 }
 
 /* Thread ith's share of the batch with the selected ISA's kernel. */
-void fa2_run(const struct fa2_args *a, int ith, int nth) { run_with(a, ith, nth, pick_job(a)); }
+void fa2_run(const struct fa2_args *a, int ith, int nth) { run_with(a, ith, nth, pick_job(a), NULL); }
 
 /* ================================================================ reduce */
 
@@ -327,20 +346,38 @@ void fa2_reduce(const struct fa2_args *a, int ith, int nth)
 
 /* ================================================================ drivers */
 
-static void attend_run_cb(void *arg, int ith, int nth) { fa2_run(arg, ith, nth); }
-static void attend_reduce_cb(void *arg, int ith, int nth) { fa2_reduce(arg, ith, nth); }
+struct attend_ctx {
+    struct fa2_args a;
+    fa2_job_fn fn;
+    atomic_int next; /* next unclaimed work item */
+};
 
-/* Two pool jobs at most: the items, then (if a sequence is split) the reduce. */
+static void attend_run_cb(void *arg, int ith, int nth)
+{
+    struct attend_ctx *c = arg;
+    run_with(&c->a, ith, nth, c->fn, &c->next);
+}
+
+static void attend_reduce_cb(void *arg, int ith, int nth)
+{
+    struct attend_ctx *c = arg;
+    fa2_reduce(&c->a, ith, nth);
+}
+
+/* Two pool jobs at most: the items, then (if a sequence is split) the reduce. Items are claimed
+ * dynamically, so a thread that the OS holds back (other load on the cores) costs only its
+ * current item, not a whole share. */
 void fa2_attend(struct tpool *pool, const struct fa2_args *a)
 {
-    struct fa2_args copy = *a; /* tpool_fn takes a non-const pointer */
-    tpool_run(pool, attend_run_cb, &copy);
-    if (fa2_needs_reduce(&copy)) tpool_run(pool, attend_reduce_cb, &copy);
+    struct attend_ctx c = {.a = *a, .fn = pick_job(a)};
+    atomic_init(&c.next, 0);
+    tpool_run(pool, attend_run_cb, &c);
+    if (fa2_needs_reduce(a)) tpool_run(pool, attend_reduce_cb, &c);
 }
 
 /* Single-threaded, scalar kernel whatever the ISA. */
 void fa2_ref(const struct fa2_args *a)
 {
-    run_with(a, 0, 1, scalar_job);
+    run_with(a, 0, 1, scalar_job, NULL);
     fa2_reduce(a, 0, 1);
 }

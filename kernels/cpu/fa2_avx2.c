@@ -97,12 +97,19 @@ INLINE __m256 ld8(const unsigned char *p, int f16)
     return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
 }
 
+/* Requests the line at p + off when off starts a cache line (p is 64-byte aligned in practice;
+ * otherwise this still covers every line but one). */
+INLINE void prefetch_at(const unsigned char *p, size_t off)
+{
+    if (p && (off & 63) == 0) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+}
+
 /* ================================================================ one tile, R rows */
 
 /* What a row block needs to know about the tile. */
 struct tile {
     const unsigned char *k, *v;   /* the tile's 16 K and V rows (pool or converted buffer) */
-    const unsigned char *pk, *pv; /* the same rows of a later tile, to prefetch (never NULL) */
+    const unsigned char *pk, *pv; /* the same rows of a later tile, to prefetch; or NULL */
     int nk;                       /* keys any row sees (V rows read) */
     int mask;                     /* diagonal tile: row r sees only its first lim[r] keys */
     int first;                    /* first tile of the job: O starts at 0 */
@@ -115,41 +122,23 @@ struct rowstate {
     __m256 l; /* running sum */
 };
 
-/* One head_dim step of 8 for qk_block. */
-INLINE void qk_step(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, size_t krow, int j0,
-                    int d, __m256 acc[8])
-{
-    const size_t esz = f16 ? 2 : 4;
-    __m256 q[4];
-    UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
-    UNROLL for (int c = 0; c < KJ; c++) {
-        const __m256 kv = ld8(kt + (size_t)(j0 + c) * krow + (size_t)d * esz, f16);
-        UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
-    }
-}
-
 /* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
- * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. The
- * same keys' 64-byte lines of the tile at pf are prefetched on the way (pf is never NULL). */
+ * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
 INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt,
                        const unsigned char *pf, size_t krow, int j0)
 {
     const size_t esz = f16 ? 2 : 4;
     __m256 acc[8];
     UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-    int d = 0;
-    for (; d + 32 <= D; d += 32) { /* 64 (F16) or 128 (F32) bytes of each key row */
+    for (int d = 0; d < D; d += 8) {
+        __m256 q[4];
+        UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
         UNROLL for (int c = 0; c < KJ; c++) {
-            const unsigned char *p = pf + (size_t)(j0 + c) * krow + (size_t)d * esz;
-            _mm_prefetch((const char *)p, _MM_HINT_T0);
-            if (!f16) _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
+            const size_t off = (size_t)(j0 + c) * krow + (size_t)d * esz;
+            prefetch_at(pf, off);
+            const __m256 kv = ld8(kt + off, f16);
+            UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
         }
-        UNROLL for (int u = 0; u < 4; u++) qk_step(R, KJ, f16, qs, D, kt, krow, j0, d + 8 * u, acc);
-    }
-    for (; d < D; d += 8) {
-        UNROLL for (int c = 0; c < KJ; c++)
-            _mm_prefetch((const char *)(pf + (size_t)(j0 + c) * krow + (size_t)d * esz), _MM_HINT_T0);
-        qk_step(R, KJ, f16, qs, D, kt, krow, j0, d, acc);
     }
     return reduce8(acc);
 }
@@ -207,15 +196,12 @@ INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, 
                 acc[r][v] = _mm256_loadu_ps(o[r] + d + 8 * v);
         }
     }
-    /* prefetch: one line per 64 bytes of the columns, per key row of the later tile */
-    int pfv[8];
-    UNROLL for (int v = 0; v < NV; v++) pfv[v] = ((size_t)(d + 8 * v) * esz & 63) == 0;
     for (int k = 0; k < t->nk; k++) {
         __m256 p[4];
         UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
         UNROLL for (int v = 0; v < NV; v++) {
             const size_t off = (size_t)k * vrow + (size_t)(d + 8 * v) * esz;
-            if (pfv[v]) _mm_prefetch((const char *)(t->pv + off), _MM_HINT_T0);
+            prefetch_at(t->pv, off);
             const __m256 vv = ld8(t->v + off, f16);
             UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
         }
@@ -230,6 +216,10 @@ INLINE void pv_rows(int R, int NV, int f16, int D, const struct tile *t, const f
     const size_t vrow = (size_t)D * (f16 ? 2 : 4);
     int d = 0;
     for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, t, vrow, P, o, alpha, rescale, d);
+    if (NV > 4) /* what is left in the widest blocks that fit */
+        for (; d + 32 <= D; d += 32) pv_block(R, 4, f16, t, vrow, P, o, alpha, rescale, d);
+    if (NV > 2)
+        for (; d + 16 <= D; d += 16) pv_block(R, 2, f16, t, vrow, P, o, alpha, rescale, d);
     for (; d < D; d += 8) pv_block(R, 1, f16, t, vrow, P, o, alpha, rescale, d);
 }
 
@@ -298,7 +288,7 @@ static const tile_fn g_tiles[3][2][4] = {
     {TILE_ROW(0, 0), TILE_ROW(1, 0)},
 };
 
-/* AVX2 job (head_dim % 8 == 0); see fa2.h. Thread-safe, about 40 KiB of stack. */
+/* AVX2 job (head_dim % 8 == 0); see fa2.h. Thread-safe; about 50 KiB of stack. */
 void fa2_avx2_job(const struct fa2_job *j)
 {
     const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
@@ -339,28 +329,31 @@ void fa2_avx2_job(const struct fa2_job *j)
             .mask = key0 + FA2_BLOCK > j->kend0,
             .first = kb == j->kb0,
         };
-        /* the tile to prefetch; past the last one the job's first tile again (in cache, harmless) */
-        const int pkb = kb + FA2_PREFETCH_TILES < j->kb1 ? kb + FA2_PREFETCH_TILES : j->kb0;
-        const size_t poff = (size_t)j->block_table[pkb] * j->block_stride;
-        t.pk = j->k + poff;
-        t.pv = j->v + poff;
+        const unsigned char *pk = NULL, *pv = NULL;
+        if (kb + FA2_PREFETCH_TILES < j->kb1) {
+            const size_t poff = (size_t)j->block_table[kb + FA2_PREFETCH_TILES] * j->block_stride;
+            pk = j->k + poff;
+            pv = j->v + poff;
+        }
         if (buffered) {
-            /* the whole K tile (scores of invisible keys are masked), the visible V rows;
-             * the later K tile is requested during the conversion, its V during row block 0 */
+            /* the whole K tile (scores of invisible keys are masked), the visible V rows */
             for (int i = 0; i < FA2_BLOCK * D; i += 8) {
-                if ((i & 31) == 0) _mm_prefetch((const char *)(t.pk + 2 * (size_t)i), _MM_HINT_T0);
+                prefetch_at(pk, 2 * (size_t)i);
                 _mm256_store_ps(kt + i, ld8(t.k + 2 * (size_t)i, 1));
             }
             for (int i = 0; i < t.nk * D; i += 8) _mm256_store_ps(vt + i, ld8(t.v + 2 * (size_t)i, 1));
-            t.k = t.pk = (const unsigned char *)kt;
+            t.k = (const unsigned char *)kt;
             t.v = (const unsigned char *)vt;
+            t.pv = pv; /* pk was requested during the conversion; pv while the first block runs */
+        } else {
+            t.pk = pk;
+            t.pv = pv;
         }
         for (int r0 = 0; r0 < rows; r0 += 4) {
             const int R = rows - r0 < 4 ? rows - r0 : 4;
             for (int r = 0; r < R; r++) t.lim[r] = j->kend0 + (r0 + r) / G - key0;
             tiles[R - 1](D, qs + (size_t)r0 * D, &t, st + r0, o + r0);
-            t.pk = t.k; /* later row blocks: already requested, point at what is in cache */
-            t.pv = t.v;
+            t.pk = t.pv = NULL;
         }
     }
     if (j->kb0 >= j->kb1) /* no keys: not produced by fa2.c, but the output is defined */

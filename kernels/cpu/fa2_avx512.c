@@ -3,10 +3,14 @@
  * calls it only after cpu_kernels_init() found all four extensions. Contract: struct fa2_job in
  * fa2.h; any head_dim up to FA2_MAX_HEAD_DIM.
  *
- * The same steps as fa2_avx2.c (read that file's comment first), 16 lanes wide: head_dim runs in
- * chunks of 16 with a masked last chunk (masked loads read nothing past it), a row's 16 scores of
- * a tile are one zmm, and the visible keys of a masked row are a __mmask16. The dot products
- * fold each 16-lane accumulator to 8 lanes and then use the AVX2 transposing reduction. */
+ * The algorithm, data flow and prefetching of fa2_avx2.c (read that file's comment first); only
+ * the two loops over head_dim are 16 lanes wide:
+ *   - S = Qs Kᵀ: R x KJ zmm accumulators; each is folded to 8 lanes (lo + hi) and the same
+ *     transposing reduction as in the AVX2 kernel gives 8 dot products per vector.
+ *   - O = alpha O + P V: R x NV zmm accumulators (up to 16 of the 32 registers).
+ * head_dim runs in chunks of 16; the last chunk of a head_dim that is not a multiple of 16 uses
+ * masked loads and stores, which read and write nothing past it. The online softmax works on the
+ * same two 8-lane vectors of scores per row as the AVX2 kernel (AVX-512VL runs that code as is). */
 #include "kernels/cpu/fa2.h"
 
 #include <float.h>
@@ -21,185 +25,270 @@
 
 #define INLINE static inline __attribute__((always_inline))
 /* Register blocks are arrays indexed by constant loops: unrolled fully, they become registers. */
-#define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL _Pragma("GCC unroll 16")
+
+#define FA2_PREFETCH_TILES 2 /* tiles of K and V requested ahead of the one being computed */
 
 /* ================================================================ helpers */
 
-/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Same reduction and polynomial as the
- * AVX2 exp8; 2^n is applied with scalef. exp(0) is exactly 1. */
-INLINE __m512 exp16(__m512 x)
+/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, degree-6 Taylor polynomial: relative error below 2e-7. exp(0) is exactly 1.
+ * (The AVX2 kernel's function, on 8 lanes.) */
+INLINE __m256 exp8(__m256 x)
 {
-    const __m512 lo = _mm512_set1_ps(-87.3f);
-    const __mmask16 valid = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(valid, _mm512_scalef_ps(p, n));
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    const __m256 valid = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
 }
 
-/* Lane i of the result = sum of the 16 lanes of a[i]. */
+/* All-lanes max / sum of v. */
+INLINE __m256 bmax8(__m256 v)
+{
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+INLINE __m256 bsum8(__m256 v)
+{
+    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+/* Lane i of the result = sum of the 16 lanes of a[i]: each folded to 8 lanes, then pairs of
+ * vectors, quads and the two 128-bit halves with unpacks and adds. */
 INLINE __m256 reduce8x16(const __m512 a[8])
 {
     __m256 h[8];
     UNROLL for (int i = 0; i < 8; i++) h[i] = _mm256_add_ps(_mm512_castps512_ps256(a[i]), _mm512_extractf32x8_ps(a[i], 1));
-    const __m256 t0 = _mm256_hadd_ps(h[0], h[1]), t1 = _mm256_hadd_ps(h[2], h[3]);
-    const __m256 t2 = _mm256_hadd_ps(h[4], h[5]), t3 = _mm256_hadd_ps(h[6], h[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-/* Lanes of m of the 16 K/V elements at p (F16 converted, or F32); other lanes 0, not read. */
-INLINE __m512 ld16(const unsigned char *p, int f16, __mmask16 m)
-{
-    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)) : _mm512_maskz_loadu_ps(m, p);
+    __m256 t[4];
+    UNROLL for (int i = 0; i < 4; i++)
+        t[i] = _mm256_add_ps(_mm256_unpacklo_ps(h[2 * i], h[2 * i + 1]), _mm256_unpackhi_ps(h[2 * i], h[2 * i + 1]));
+    __m256 u[2];
+    UNROLL for (int i = 0; i < 2; i++) {
+        const __m256d x = _mm256_castps_pd(t[2 * i]), y = _mm256_castps_pd(t[2 * i + 1]);
+        u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
 }
 
 /* Lanes [0, n) set, n in 0..16. */
 INLINE __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
-/* ================================================================ S = Qs Kᵀ */
+/* The lanes m of 16 K/V elements at p, F16 converted or F32; other lanes 0 and not read. */
+INLINE __m512 ld16(const unsigned char *p, int f16, __mmask16 m)
+{
+    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)) : _mm512_maskz_loadu_ps(m, p);
+}
 
-/* S[r][j0 + c] = Qs row r . key j0 + c, for r < R, c < KJ (R * KJ <= 8). */
-INLINE void qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, size_t krow,
-                     float *S, int j0)
+/* Requests the line at p + off when off starts a cache line. */
+INLINE void prefetch_at(const unsigned char *p, size_t off)
+{
+    if (p && (off & 63) == 0) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+}
+
+/* ================================================================ one tile, R rows */
+
+/* What a row block needs to know about the tile. */
+struct tile {
+    const unsigned char *k, *v;   /* the tile's 16 K and V rows (pool or converted buffer) */
+    const unsigned char *pk, *pv; /* the same rows of a later tile, to prefetch; or NULL */
+    int nk;                       /* keys any row sees (V rows read) */
+    int mask;                     /* diagonal tile: row r sees only its first lim[r] keys */
+    int first;                    /* first tile of the job: O starts at 0 */
+    int lim[4];
+};
+
+/* Online-softmax state of one row, every lane the same value. */
+struct rowstate {
+    __m256 m; /* running max */
+    __m256 l; /* running sum */
+};
+
+/* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
+ * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
+INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt,
+                       const unsigned char *pf, size_t krow, int j0)
 {
     const size_t esz = f16 ? 2 : 4;
     __m512 acc[8];
     UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 16) {
         const __mmask16 m = first_n(D - d);
-        __m512 kv[8];
-        UNROLL for (int c = 0; c < KJ; c++) kv[c] = ld16(kt + (size_t)(j0 + c) * krow + (size_t)d * esz, f16, m);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512 q = _mm512_maskz_loadu_ps(m, qs + (size_t)r * D + d);
-            UNROLL for (int c = 0; c < KJ; c++) acc[r * KJ + c] = _mm512_fmadd_ps(q, kv[c], acc[r * KJ + c]);
+        __m512 q[4];
+        UNROLL for (int r = 0; r < R; r++) q[r] = _mm512_maskz_loadu_ps(m, qs + (size_t)r * D + d);
+        UNROLL for (int c = 0; c < KJ; c++) {
+            const size_t off = (size_t)(j0 + c) * krow + (size_t)d * esz;
+            prefetch_at(pf, off);
+            if (!f16) prefetch_at(pf, off + 32); /* 16 F32 = 64 bytes: off + 32 starts a line when off does not */
+            const __m512 kv = ld16(kt + off, f16, m);
+            UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm512_fmadd_ps(q[r], kv, acc[r * KJ + c]);
         }
     }
-    const __m256 sums = reduce8x16(acc); /* lane r * KJ + c */
-    _Alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, sums);
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int c = 0; c < KJ; c++) S[r * FA2_BLOCK + j0 + c] = tmp[r * KJ + c];
+    return reduce8x16(acc);
 }
 
-INLINE void qk_rows(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt, float *S)
+/* The 16 scores of R <= 4 rows: s[r][0] keys 0-7, s[r][1] keys 8-15 (as in fa2_avx2.c). */
+INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t, __m256 s[4][2])
 {
     const size_t krow = (size_t)D * (f16 ? 2 : 4);
-    for (int j0 = 0; j0 < FA2_BLOCK; j0 += KJ) qk_block(R, KJ, f16, qs, D, kt, krow, S, j0);
-}
-
-INLINE void tile_qk(int f16, const float *qs, int rows, int D, const unsigned char *kt, float *sp)
-{
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) qk_rows(4, 2, f16, qs + (size_t)r * D, D, kt, sp + r * FA2_BLOCK);
-    switch (rows - r) {
-    case 3: qk_rows(3, 2, f16, qs + (size_t)r * D, D, kt, sp + r * FA2_BLOCK); break;
-    case 2: qk_rows(2, 4, f16, qs + (size_t)r * D, D, kt, sp + r * FA2_BLOCK); break;
-    case 1: qk_rows(1, 8, f16, qs + (size_t)r * D, D, kt, sp + r * FA2_BLOCK); break;
-    default: break;
+    if (R == 1) {
+        s[0][0] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 0);
+        s[0][1] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 8);
+    } else if (R == 2) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
+            const __m256 a = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h);
+            const __m256 b = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h + 4);
+            s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
+            s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
+        }
+    } else {
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
+            __m256d x[4];
+            UNROLL for (int p = 0; p < 4; p++)
+                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t->k, t->pk, krow, 8 * h + 2 * p));
+            const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
+            const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
+            const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
+            const __m256 hi23 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[2], x[3]));
+            s[0][h] = _mm256_permute2f128_ps(lo01, lo23, 0x20);
+            s[1][h] = _mm256_permute2f128_ps(hi01, hi23, 0x20);
+            s[2][h] = _mm256_permute2f128_ps(lo01, lo23, 0x31);
+            s[3][h] = _mm256_permute2f128_ps(hi01, hi23, 0x31); /* zeros when R == 3 */
+        }
     }
 }
 
-/* ================================================================ O = alpha O + P V */
-
-/* Columns [d, d + 16 NV) of rows o[0..R) (only lanes m of each 16) over the first nk keys.
- * first: O starts at 0 instead of alpha O. */
-INLINE void pv_block(int R, int NV, int f16, const unsigned char *vt, size_t vrow, int nk, const float *P,
-                     float *const *o, const float *alpha, int first, int d, __mmask16 m)
+/* Columns [d, d + 16 NV) of rows o[0..R) over the first nk keys; only lanes m of each chunk of
+ * 16 are read or written (m is all lanes except for a last, partial chunk with NV == 1).
+ * first: O starts at 0; rescale: O starts at alpha O, else at O (every alpha is 1). */
+INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, const float *P, float *const *o,
+                     const float *alpha, int rescale, int d, __mmask16 m)
 {
     const size_t esz = f16 ? 2 : 4;
     __m512 acc[4][8];
     UNROLL for (int r = 0; r < R; r++) {
         const __m512 al = _mm512_set1_ps(alpha[r]);
-        UNROLL for (int v = 0; v < NV; v++)
-            acc[r][v] = first ? _mm512_setzero_ps() : _mm512_mul_ps(al, _mm512_maskz_loadu_ps(m, o[r] + d + 16 * v));
+        UNROLL for (int v = 0; v < NV; v++) {
+            if (t->first)
+                acc[r][v] = _mm512_setzero_ps();
+            else if (rescale)
+                acc[r][v] = _mm512_mul_ps(al, _mm512_maskz_loadu_ps(m, o[r] + d + 16 * v));
+            else
+                acc[r][v] = _mm512_maskz_loadu_ps(m, o[r] + d + 16 * v);
+        }
     }
-    for (int k = 0; k < nk; k++) {
-        __m512 vv[8];
-        UNROLL for (int v = 0; v < NV; v++) vv[v] = ld16(vt + (size_t)k * vrow + (size_t)(d + 16 * v) * esz, f16, m);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512 p = _mm512_set1_ps(P[r * FA2_BLOCK + k]);
-            UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(p, vv[v], acc[r][v]);
+    for (int k = 0; k < t->nk; k++) {
+        __m512 p[4];
+        UNROLL for (int r = 0; r < R; r++) p[r] = _mm512_set1_ps(P[r * FA2_BLOCK + k]);
+        UNROLL for (int v = 0; v < NV; v++) {
+            const size_t off = (size_t)k * vrow + (size_t)(d + 16 * v) * esz;
+            prefetch_at(t->pv, off);
+            if (!f16) prefetch_at(t->pv, off + 32);
+            const __m512 vv = ld16(t->v + off, f16, m);
+            UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm512_fmadd_ps(p[r], vv, acc[r][v]);
         }
     }
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(o[r] + d + 16 * v, m, acc[r][v]);
 }
 
-INLINE void pv_rows(int R, int NV, int f16, const unsigned char *vt, int D, int nk, const float *P,
-                    float *const *o, const float *alpha, int first)
+INLINE void pv_rows(int R, int NV, int f16, int D, const struct tile *t, const float *P, float *const *o,
+                    const float *alpha, int rescale)
 {
     const size_t vrow = (size_t)D * (f16 ? 2 : 4);
     int d = 0;
-    for (; d + 16 * NV <= D; d += 16 * NV) pv_block(R, NV, f16, vt, vrow, nk, P, o, alpha, first, d, 0xffff);
-    for (; d < D; d += 16) pv_block(R, 1, f16, vt, vrow, nk, P, o, alpha, first, d, first_n(D - d));
+    for (; d + 16 * NV <= D; d += 16 * NV) pv_block(R, NV, f16, t, vrow, P, o, alpha, rescale, d, 0xffff);
+    if (NV > 4) /* what is left in the widest blocks that fit */
+        for (; d + 64 <= D; d += 64) pv_block(R, 4, f16, t, vrow, P, o, alpha, rescale, d, 0xffff);
+    if (NV > 2)
+        for (; d + 32 <= D; d += 32) pv_block(R, 2, f16, t, vrow, P, o, alpha, rescale, d, 0xffff);
+    for (; d < D; d += 16) pv_block(R, 1, f16, t, vrow, P, o, alpha, rescale, d, first_n(D - d));
 }
 
-INLINE void tile_pv(int f16, int rows, int D, const unsigned char *vt, int nk, const float *sp, float *const *o,
-                    const float *alpha, int first)
+/* Steps 1-3 of one tile for R <= 4 rows (qs, st, o: this block's rows). f16: t's K/V type. */
+INLINE void tile_rows(int R, int f16, int D, const float *qs, const struct tile *t, struct rowstate *st,
+                      float *const *o)
 {
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) pv_rows(4, 2, f16, vt, D, nk, sp + r * FA2_BLOCK, o + r, alpha + r, first);
-    switch (rows - r) {
-    case 3: pv_rows(3, 2, f16, vt, D, nk, sp + r * FA2_BLOCK, o + r, alpha + r, first); break;
-    case 2: pv_rows(2, 4, f16, vt, D, nk, sp + r * FA2_BLOCK, o + r, alpha + r, first); break;
-    case 1: pv_rows(1, 8, f16, vt, D, nk, sp + r * FA2_BLOCK, o + r, alpha + r, first); break;
-    default: break;
+    _Alignas(64) float P[4 * FA2_BLOCK];
+    float alpha[4];
+    __m256 s[4][2];
+    qk_rows(R, f16, qs, D, t, s);
+    const __m256i iota0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i iota1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+    int rescale = 0;
+    UNROLL for (int r = 0; r < R; r++) {
+        __m256 s0 = s[r][0], s1 = s[r][1];
+        if (t->mask) {
+            const __m256 ninf = _mm256_set1_ps(-INFINITY);
+            const __m256i l = _mm256_set1_epi32(t->lim[r]); /* keys [0, lim) visible */
+            s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota0)));
+            s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota1)));
+        }
+        const __m256 mn = _mm256_max_ps(st[r].m, bmax8(_mm256_max_ps(s0, s1)));
+        /* alpha = e^(m - m'), exactly 1 while the max does not move (most tiles) */
+        __m256 al = _mm256_set1_ps(1.0f);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(mn, st[r].m, _CMP_GT_OQ))) {
+            al = exp8(_mm256_sub_ps(st[r].m, mn));
+            rescale = 1;
+        }
+        const __m256 p0 = exp8(_mm256_sub_ps(s0, mn)), p1 = exp8(_mm256_sub_ps(s1, mn));
+        st[r].l = _mm256_fmadd_ps(al, st[r].l, bsum8(_mm256_add_ps(p0, p1)));
+        st[r].m = mn;
+        _mm256_store_ps(P + r * FA2_BLOCK, p0);
+        _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
+        alpha[r] = _mm256_cvtss_f32(al);
     }
+    pv_rows(R, R == 1 ? 8 : R == 2 ? 8 : 4, f16, D, t, P, o, alpha, rescale); /* R x NV <= 16 accumulators */
 }
 
 /* ================================================================ the job */
 
-struct rowstate {
-    _Alignas(64) float m[FA2_MAX_ROWS];    /* running max */
-    _Alignas(64) float l[FA2_MAX_ROWS];    /* running sum */
-    _Alignas(64) float mnew[FA2_MAX_ROWS]; /* max after this tile */
-    _Alignas(64) float psum[FA2_MAX_ROWS]; /* rowsum P of this tile */
-    _Alignas(64) float alpha[FA2_MAX_ROWS];
-};
+/* tile_rows for fixed R and K/V type, each its own function (see fa2_avx2.c). */
+typedef void (*tile_fn)(int D, const float *qs, const struct tile *t, struct rowstate *st, float *const *o);
 
-/* Step 2 for every row: sp holds S on entry and P on return; with mask, token t's row sees only
- * the first lim0 + t keys of the tile. */
-INLINE void tile_softmax(struct rowstate *st, float *sp, int rows, int G, int mask, int lim0)
-{
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int r = 0; r < rows; r++) {
-        float *s = sp + r * FA2_BLOCK;
-        __m512 sv = _mm512_loadu_ps(s);
-        if (mask) sv = _mm512_mask_blend_ps(first_n(lim0 + r / G), ninf, sv);
-        const float mx = _mm512_reduce_max_ps(sv);
-        const float mn = mx > st->m[r] ? mx : st->m[r];
-        const __m512 p = exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mn)));
-        _mm512_storeu_ps(s, p);
-        st->mnew[r] = mn;
-        st->psum[r] = _mm512_reduce_add_ps(p);
+#define TILE_FN(R, F)                                                                                     \
+    static __attribute__((noinline)) void tile_##R##_##F(int D, const float *qs, const struct tile *t,    \
+                                                         struct rowstate *st, float *const *o)            \
+    {                                                                                                     \
+        tile_rows(R, F, D, qs, t, st, o);                                                                 \
     }
-    for (int r = 0; r < rows; r += 16) {
-        const __m512 m = _mm512_load_ps(st->m + r), mn = _mm512_load_ps(st->mnew + r);
-        const __m512 al = exp16(_mm512_sub_ps(m, mn));
-        _mm512_store_ps(st->alpha + r, al);
-        _mm512_store_ps(st->l + r, _mm512_fmadd_ps(al, _mm512_load_ps(st->l + r), _mm512_load_ps(st->psum + r)));
-        _mm512_store_ps(st->m + r, mn);
-    }
-}
+TILE_FN(1, 0)
+TILE_FN(2, 0)
+TILE_FN(3, 0)
+TILE_FN(4, 0)
+TILE_FN(1, 1)
+TILE_FN(2, 1)
+TILE_FN(3, 1)
+TILE_FN(4, 1)
 
-INLINE void job_impl(const struct fa2_job *j, int f16)
+/* [F32 / F16 rows][R - 1] */
+static const tile_fn g_tiles[2][4] = {{tile_1_0, tile_2_0, tile_3_0, tile_4_0}, {tile_1_1, tile_2_1, tile_3_1, tile_4_1}};
+
+/* AVX-512 job, any head_dim; see fa2.h. Thread-safe; about 50 KiB of stack. */
+void fa2_avx512_job(const struct fa2_job *j)
 {
-    const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp;
-    _Alignas(64) float qs[FA2_MAX_ROW_FLOATS];       /* (rows, D) q * scale */
-    _Alignas(64) float sp[FA2_MAX_ROWS * FA2_BLOCK]; /* (rows, 16) S, then P */
+    const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
+    _Alignas(64) float qs[FA2_MAX_ROW_FLOATS]; /* (rows, D) q * scale */
     _Alignas(64) float kt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
     _Alignas(64) float vt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
-    struct rowstate st;
+    struct rowstate st[FA2_MAX_ROWS];
     float *o[FA2_MAX_ROWS];
 
     const __m512 sc = _mm512_set1_ps(j->scale);
@@ -210,60 +299,79 @@ INLINE void job_impl(const struct fa2_job *j, int f16)
             _mm512_mask_storeu_ps(qs + (size_t)r * D + d, m, _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(m, q + d)));
         }
         o[r] = j->o + (size_t)(r / G) * j->o_tok_stride + (size_t)(r % G) * D;
-    }
-    for (int r = 0; r < FA2_MAX_ROWS; r++) {
-        st.m[r] = -FLT_MAX / 2;
-        st.l[r] = 0.0f;
-        st.mnew[r] = st.m[r];
-        st.psum[r] = 0.0f;
+        st[r].m = _mm256_set1_ps(-FLT_MAX / 2);
+        st[r].l = _mm256_setzero_ps();
     }
 
+    /* more than 4 rows: several row blocks read each tile, so F16 is converted once into kt/vt */
     const int buffered = f16 && rows > 4;
+    const tile_fn *tiles = g_tiles[buffered ? 0 : f16];
     const int kend_last = j->kend0 + j->n_tok - 1;
+    const size_t tile_bytes = (size_t)FA2_BLOCK * D * (f16 ? 2 : 4);
+    for (int kb = j->kb0; kb < j->kb1 && kb < j->kb0 + FA2_PREFETCH_TILES; kb++) {
+        const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
+        for (size_t off = 0; off < tile_bytes; off += 64) {
+            _mm_prefetch((const char *)(j->k + boff + off), _MM_HINT_T0);
+            _mm_prefetch((const char *)(j->v + boff + off), _MM_HINT_T0);
+        }
+    }
     for (int kb = j->kb0; kb < j->kb1; kb++) {
         const int key0 = kb * FA2_BLOCK;
-        const int nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK;
-        const int mask = key0 + FA2_BLOCK > j->kend0;
         const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
-        const unsigned char *kp = j->k + boff, *vp = j->v + boff;
-        if (buffered) {
-            for (int i = 0; i < FA2_BLOCK * D; i += 16)
-                _mm512_mask_storeu_ps(kt + i, first_n(FA2_BLOCK * D - i), ld16(kp + 2 * (size_t)i, 1, first_n(FA2_BLOCK * D - i)));
-            for (int i = 0; i < nk * D; i += 16)
-                _mm512_mask_storeu_ps(vt + i, first_n(nk * D - i), ld16(vp + 2 * (size_t)i, 1, first_n(nk * D - i)));
-            tile_qk(0, qs, rows, D, (const unsigned char *)kt, sp);
-        } else {
-            tile_qk(f16, qs, rows, D, kp, sp);
+        struct tile t = {
+            .k = j->k + boff,
+            .v = j->v + boff,
+            .nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK,
+            .mask = key0 + FA2_BLOCK > j->kend0,
+            .first = kb == j->kb0,
+        };
+        const unsigned char *pk = NULL, *pv = NULL;
+        if (kb + FA2_PREFETCH_TILES < j->kb1) {
+            const size_t poff = (size_t)j->block_table[kb + FA2_PREFETCH_TILES] * j->block_stride;
+            pk = j->k + poff;
+            pv = j->v + poff;
         }
-        tile_softmax(&st, sp, rows, G, mask, j->kend0 - key0);
-        if (buffered)
-            tile_pv(0, rows, D, (const unsigned char *)vt, nk, sp, o, st.alpha, kb == j->kb0);
-        else
-            tile_pv(f16, rows, D, vp, nk, sp, o, st.alpha, kb == j->kb0);
+        if (buffered) {
+            /* the whole K tile (scores of invisible keys are masked), the visible V rows */
+            const int nkd = FA2_BLOCK * D, nvd = t.nk * D;
+            for (int i = 0; i < nkd; i += 16) {
+                prefetch_at(pk, 2 * (size_t)i);
+                const __mmask16 m = first_n(nkd - i);
+                _mm512_mask_storeu_ps(kt + i, m, ld16(t.k + 2 * (size_t)i, 1, m));
+            }
+            for (int i = 0; i < nvd; i += 16) {
+                const __mmask16 m = first_n(nvd - i);
+                _mm512_mask_storeu_ps(vt + i, m, ld16(t.v + 2 * (size_t)i, 1, m));
+            }
+            t.k = (const unsigned char *)kt;
+            t.v = (const unsigned char *)vt;
+            t.pv = pv; /* pk was requested during the conversion; pv while the first block runs */
+        } else {
+            t.pk = pk;
+            t.pv = pv;
+        }
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            const int R = rows - r0 < 4 ? rows - r0 : 4;
+            for (int r = 0; r < R; r++) t.lim[r] = j->kend0 + (r0 + r) / G - key0;
+            tiles[R - 1](D, qs + (size_t)r0 * D, &t, st + r0, o + r0);
+            t.pk = t.pv = NULL;
+        }
     }
     if (j->kb0 >= j->kb1) /* no keys: not produced by fa2.c, but the output is defined */
         for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
 
     for (int r = 0; r < rows; r++) {
+        const float l = _mm256_cvtss_f32(st[r].l);
         if (j->ml) {
-            j->ml[2 * r] = st.m[r];
-            j->ml[2 * r + 1] = st.l[r];
+            j->ml[2 * r] = _mm256_cvtss_f32(st[r].m);
+            j->ml[2 * r + 1] = l;
             continue;
         }
-        const float l = st.l[r];
         const __m512 inv = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
         for (int d = 0; d < D; d += 16) {
             const __mmask16 m = first_n(D - d);
-            _mm512_mask_storeu_ps(o[r] + d, m, l > 0.0f ? _mm512_mul_ps(inv, _mm512_maskz_loadu_ps(m, o[r] + d)) : _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(o[r] + d, m,
+                                  l > 0.0f ? _mm512_mul_ps(inv, _mm512_maskz_loadu_ps(m, o[r] + d)) : _mm512_setzero_ps());
         }
     }
-}
-
-/* AVX-512 job, any head_dim; see fa2.h. Thread-safe, about 55 KiB of stack. */
-void fa2_avx512_job(const struct fa2_job *j)
-{
-    if (j->kv_f16)
-        job_impl(j, 1);
-    else
-        job_impl(j, 0);
 }

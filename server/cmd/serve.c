@@ -75,6 +75,7 @@ static void usage(FILE *f)
             "  --max-running N             requests batched together (default 32)\n"
             "  --batch N                   tokens per scheduler step (default 256)\n"
             "  --kv-mib N                  KV cache pool, MiB (default 256; at least one full context)\n"
+            "  --kv-blocks N               KV cache pool in 16-token blocks (overrides --kv-mib)\n"
             "  --kv-type f32|f16           KV cache element type (default: f32 for F32 models, else f16)\n"
             "  --max-body BYTES            largest request body (default 1048576; bigger: 413)\n"
             "  --max-tokens-cap N          largest max_tokens a request may ask (default 4096)\n"
@@ -119,7 +120,7 @@ int cmd_serve(int argc, char **argv)
     struct http_config hc;
     http_config_default(&hc);
     const char *model_path = NULL, *key_file = NULL;
-    long threads = 0, n_ctx = 0, max_queue = 64, max_running = 0, n_batch = 0, kv_mib = 0, grace_ms = 10000, l;
+    long threads = 0, n_ctx = 0, max_queue = 64, max_running = 0, n_batch = 0, kv_mib = 0, kv_blocks = 0, grace_ms = 10000, l;
     enum tensor_type kv_type = KV_TYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -152,6 +153,8 @@ int cmd_serve(int argc, char **argv)
             if (cli_int(a, v, 1, 1 << 16, &n_batch)) return 2;
         } else if (!strcmp(a, "--kv-mib")) {
             if (cli_int(a, v, 1, 1L << 30, &kv_mib)) return 2;
+        } else if (!strcmp(a, "--kv-blocks")) {
+            if (cli_int(a, v, 1, 1L << 30, &kv_blocks)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             if (!strcmp(v, "f32")) kv_type = TENSOR_F32;
             else if (!strcmp(v, "f16")) kv_type = TENSOR_F16;
@@ -221,7 +224,7 @@ int cmd_serve(int argc, char **argv)
                                .max_running = (int)max_running,
                                .n_batch = (int)n_batch,
                                .kv_type = kv_type,
-                               .kv_mib = (size_t)kv_mib},
+                               .kv_mib = (size_t)kv_mib, .kv_blocks = (size_t)kv_blocks},
                         .main_thread = pthread_self()};
     pthread_t loader;
     bool loader_started = false;

@@ -1,13 +1,13 @@
 /* test_fa2.c - FlashAttention-2 over paged KV (kernels/cpu/fa2.h) against a float64 reference
  * computed from the same f16-rounded inputs.
  *
- * Covered: head dims 64, 80, 128; GQA ratios 1, 2, 7, 8 with 1 or 2 KV heads; sequence lengths
- * 1, 15, 16, 17, 63, 65, 1000 as full prefills, as chunks after a cached prefix and as decode
+ * Covered: head dims 64, 80, 128 (and 72, 36, 200 once); GQA ratios 1, 2, 7, 8 with 1 or 2 KV
+ * heads; sequence lengths 1, 15, 16, 17, 63, 65, 1000 as full prefills, as chunks after a cached prefix and as decode
  * steps; all of them batched into one call; shuffled physical blocks out of a pool larger than
  * needed whose unused blocks and tail slots hold NaN; decode split into 1..8 parts and more parts
  * than blocks; scores x30 (online-softmax rescaling); F16 and F32 pools with a padded block
- * stride; fa2_ref, and fa2_attend on pools of 1, 2 and 3 threads with every ISA this CPU has;
- * output written in place over q.
+ * stride; fa2_ref, fa2_attend on pools of 1, 2 and 3 threads with every ISA this CPU has, and
+ * fa2_run + fa2_reduce as pool jobs; output written in place over q.
  *
  * Pass criteria per sequence: NMSE = sum err^2 / sum ref^2 <= 5e-4, and per element
  * |err| <= 2e-3 + 2e-3 |ref| (a NaN anywhere fails). */
@@ -268,7 +268,12 @@ static int check_out(const struct batch *b, float *const *out, const char *what)
 
 static struct tpool *g_pools[4]; /* index = thread count */
 
-enum mode { M_REF, M_POOL };
+/* M_REF: fa2_ref; M_POOL: fa2_attend (dynamic claiming); M_STATIC: fa2_run and fa2_reduce as
+ * two pool jobs (the fixed, cost-balanced partition). */
+enum mode { M_REF, M_POOL, M_STATIC };
+
+static void static_run_cb(void *arg, int ith, int nth) { fa2_run(arg, ith, nth); }
+static void static_reduce_cb(void *arg, int ith, int nth) { fa2_reduce(arg, ith, nth); }
 
 /* Runs the batch once (fresh NaN-filled outputs and scratch) and checks it. in_place: out = q
  * (a copy of it). Returns the number of bad sequences. */
@@ -303,15 +308,19 @@ static int run_check(struct batch *b, enum mode mode, int threads, int n_split, 
     float *scratch = ns ? xmalloc(ns * sizeof(float)) : NULL;
     if (scratch) fill_nan(scratch, ns);
     a.scratch = scratch;
-    if (mode == M_REF)
+    if (mode == M_REF) {
         fa2_ref(&a);
-    else
+    } else if (mode == M_POOL) {
         fa2_attend(g_pools[threads], &a);
+    } else {
+        tpool_run(g_pools[threads], static_run_cb, &a);
+        if (fa2_needs_reduce(&a)) tpool_run(g_pools[threads], static_reduce_cb, &a);
+    }
 
     char what[160];
-    snprintf(what, sizeof what, "%s %s thr %d split %d%s", tag,
-             mode == M_REF ? "fa2_ref" : cpu_isa_name(cpu_kernels_init()), threads, n_split,
-             in_place ? " in-place" : "");
+    snprintf(what, sizeof what, "%s %s%s thr %d split %d%s", tag,
+             mode == M_REF ? "fa2_ref" : cpu_isa_name(cpu_kernels_init()), mode == M_STATIC ? " static" : "",
+             threads, n_split, in_place ? " in-place" : "");
     int bad = check_out(b, out, what);
     for (int s = 0; s < b->n_seqs; s++) {
         free(out[s]);
@@ -325,9 +334,10 @@ static int run_check(struct batch *b, enum mode mode, int threads, int n_split, 
 
 static enum cpu_isa g_max_isa;
 
-/* fa2_ref, then every ISA on pools of 1, 2 and 3 threads. The scalar ISA runs the same job
- * kernel as fa2_ref and the partitioning does not depend on the ISA, so it gets one pool size
- * per call (rotating); light: one pool size per ISA (rotating). */
+/* fa2_ref, then every ISA through fa2_attend on pools of 1, 2 and 3 threads, and the best ISA
+ * through fa2_run's static partition on 2 or 3 threads. The scalar ISA runs the same job kernel
+ * as fa2_ref and the partitioning does not depend on the ISA, so it gets one pool size per call
+ * (rotating); light: one pool size per ISA (rotating). */
 static void run_all_modes(struct batch *b, int n_split, int light, const char *tag)
 {
     static int turn = 0;
@@ -337,6 +347,7 @@ static void run_all_modes(struct batch *b, int n_split, int light, const char *t
         const int one = isa == CPU_ISA_SCALAR || light;
         for (int th = 1; th <= 3; th++)
             if (!one || th == 1 + turn % 3) run_check(b, M_POOL, th, n_split, 0, tag);
+        if (isa == (int)g_max_isa) run_check(b, M_STATIC, 2 + turn % 2, n_split, 0, tag);
         turn++;
     }
     cpu_kernels_set_isa(g_max_isa);
@@ -417,6 +428,21 @@ static void test_decode_splits(void)
     }
 }
 
+/* Head dims that are not multiples of 16 (AVX-512: masked last chunk) or of 8 (AVX2: scalar
+ * fallback). */
+static void test_odd_dims(void)
+{
+    static const int dims[][3] = {{72, 1, 4}, {36, 2, 1}, {200, 1, 2}}; /* D, n_head_kv, group */
+    struct seqdef defs[3 * N_LENS + 1];
+    for (int i = 0; i < 3; i++) {
+        const int n = mixed_defs(defs, 0);
+        struct batch b;
+        batch_init(&b, dims[i][0], dims[i][1], dims[i][2], i == 1 ? TENSOR_F32 : TENSOR_F16, defs, n, i == 2 ? 30.0f : 1.0f);
+        run_all_modes(&b, 1 + i, 1, "odd dims");
+        batch_free(&b);
+    }
+}
+
 /* The scratch size and the reduce flag follow the parts actually used. */
 static void test_scratch_size(void)
 {
@@ -447,6 +473,7 @@ int main(void)
     test_scratch_size();
     test_mixed();
     test_decode_splits();
+    test_odd_dims();
     for (int t = 1; t <= 3; t++) tpool_destroy(g_pools[t]);
     return t_finish("test_fa2");
 }
