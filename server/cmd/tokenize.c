@@ -9,6 +9,7 @@
 
 #include "attnd/gguf.h"
 #include "attnd/tokenizer.h"
+#include "attnd/utf8.h"
 #include "server/cmd/cmd.h"
 
 #define MAX_INPUT ((size_t)64 << 20)
@@ -56,22 +57,6 @@ static char *read_stdin(size_t *len)
     return buf;
 }
 
-/* Length of the valid UTF-8 character at s[0..n), or 0. */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    size_t need;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return 0;
-    if (n <= need || s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k <= need; k++)
-        if (s[k] < 0x80 || s[k] > 0xBF) return 0;
-    return need + 1;
-}
-
 /* Copies s[0..n) into a NUL-terminated string with each byte that is not part of a valid UTF-8
  * character (and each NUL) replaced by U+FFFD, so the JSON output is valid UTF-8. */
 static char *json_safe(const char *s, size_t n)
@@ -80,7 +65,7 @@ static char *json_safe(const char *s, size_t n)
     if (!o) return NULL;
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        size_t l = u[i] ? utf8_char(u + i, n - i) : 0;
+        size_t l = u[i] ? utf8_seq_len((const char *)u + i, n - i) : 0;
         if (l) {
             memcpy(p, u + i, l);
             p += l;

@@ -85,20 +85,6 @@ static void compare(const char *what, const struct out *a, const struct out *b, 
     T_CHECK(worst <= 1e-3, "%s: log-probabilities within 1e-3 (worst %.2e)", what, worst);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 static void run_model(const char *name)
 {
     char path[1024], err[512];
@@ -111,7 +97,7 @@ static void run_model(const char *name)
     struct tokenizer *tok;
     T_CHECK(tok_create(m->gguf, &tok, err, sizeof err) == ATTND_OK, "tokenizer");
     snprintf(path, sizeof path, "%s/golden/%s.json", t_shared(), name);
-    char *js = slurp(path);
+    char *js = t_slurp(path, NULL);
     cJSON *root = cJSON_Parse(js), *cases = cJSON_GetObjectItem(root, "cases");
     int nc = cJSON_GetArraySize(cases);
     if (nc > 8) nc = 8;

@@ -17,24 +17,6 @@
 #include "attnd/model.h"
 #include "testutil.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b) b[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 static double tolerance_for(const char *name)
 {
     if (strstr(name, "tiny-qwen2-q8_0")) return 1.0;
@@ -128,7 +110,7 @@ int main(void)
         char base[256];
         snprintf(base, sizeof base, "%.*s", (int)(L - 5), e->d_name);
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        char *js = slurp(path, NULL);
+        char *js = t_slurp(path, NULL);
         cJSON *root = js ? cJSON_Parse(js) : NULL;
         T_CHECK(root != NULL, "parse %s", path);
         if (!root) continue;

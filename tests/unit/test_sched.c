@@ -74,20 +74,6 @@ static int wait_done(struct result *r, int ms)
     return 0;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 int main(void)
 {
     char path[1024], err[512];
@@ -105,7 +91,7 @@ int main(void)
     T_CHECK(sched_create(m, tok, &so, &s) == ATTND_OK, "sched_create");
 
     snprintf(path, sizeof path, "%s/golden/%s.json", t_shared(), name);
-    char *js = slurp(path);
+    char *js = t_slurp(path, NULL);
     cJSON *root = js ? cJSON_Parse(js) : NULL, *cases = cJSON_GetObjectItem(root, "cases");
     int nc = cJSON_GetArraySize(cases);
     T_CHECK(nc >= 5, "golden cases");

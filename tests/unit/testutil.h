@@ -26,6 +26,24 @@ static inline const char *t_shared(void)
     return s && *s ? s : "../shared";
 }
 
+/* Reads a whole file into a malloc'd, NUL-terminated buffer (NULL if it cannot be read). */
+static inline char *t_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long n = -1;
+    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (b = malloc((size_t)n + 1))) {
+        if (fread(b, 1, (size_t)n, f) != (size_t)n) {
+            free(b);
+            b = NULL;
+        } else b[n] = 0;
+    }
+    fclose(f);
+    if (b && len) *len = (size_t)n;
+    return b;
+}
+
 static inline int t_finish(const char *name)
 {
     fprintf(stderr, "%s: %d checks, %d failed\n", name, t_checks, t_failures);
