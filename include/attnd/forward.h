@@ -78,6 +78,13 @@ void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out);
  * (n rows of n_head * head_dim floats, as the probe stores them) against the private cache's
  * keys 0..i for row i. Writes n(n+1)/2 floats, row by row. */
 void fwd_attention_weights(const struct fwd_ctx *c, int layer, int head, const float *q, int n, float *weights);
+/* Residual-stream probe (private sequence): while out != NULL, fwd_eval() stores the residual
+ * stream of the token at position pos after every layer into out[layer * n_embd ...]
+ * (caller-owned, n_layer * n_embd floats). */
+void fwd_set_resid_probe(struct fwd_ctx *c, int pos, float *out);
+/* Applies the final RMSNorm and the output layer to n rows of residual stream x (n_embd
+ * floats each), writing n rows of n_vocab logits. */
+void fwd_project(struct fwd_ctx *c, const float *x, int n, float *logits);
 /* The private cache's value vector of one layer, position and KV head, as f32 (head_dim floats). */
 void fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head, float *out);
 

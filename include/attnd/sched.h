@@ -130,4 +130,14 @@ int sched_n_ctx(const struct sched *s);
 attnd_status sched_attention(struct sched *s, const int32_t *tokens, size_t n, int layer, int head, float *weights,
                              float *values, float *output);
 
+/* Logit lens at position pos of tokens[0..n): the residual stream after each layer, passed
+ * through the final RMSNorm and the output layer, as the top_k (1..SCHED_MAX_LOGPROBS)
+ * next-token probabilities per layer, layer-major: ids[l * top_k + i], probs[...] sorted by
+ * probability. The last layer's entry is the model's real next-token distribution after
+ * tokens[0..pos]. Runs on the scheduler thread between steps; blocks the caller. Returns
+ * ATTND_ERR_INVALID for a bad pos, top_k or token id, ATTND_ERR_RANGE if n exceeds the
+ * context, ATTND_ERR_NOMEM. */
+attnd_status sched_logit_lens(struct sched *s, const int32_t *tokens, size_t n, int pos, int top_k, int *ids,
+                              float *probs);
+
 #endif

@@ -58,6 +58,8 @@ struct fwd_ctx {
     /* attention probe */
     int probe_layer;
     float *probe_q, *probe_att;
+    int resid_pos;     /* residual-stream probe: position, or -1 */
+    float *resid_out;
 };
 
 static size_t kv_width(const struct model *m) { return (size_t)m->hp.n_head_kv * m->hp.head_dim; }
@@ -108,6 +110,7 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     if (!c) return ATTND_ERR_NOMEM;
     c->m = m;
     c->probe_layer = -1;
+    c->resid_pos = -1;
     c->n_batch = o.n_batch;
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : 0;
     attnd_status st = tpool_create(o.n_threads, &c->pool);
@@ -173,6 +176,12 @@ void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out)
     c->probe_layer = layer;
     c->probe_q = layer >= 0 ? q_out : NULL;
     c->probe_att = layer >= 0 ? att_out : NULL;
+}
+
+void fwd_set_resid_probe(struct fwd_ctx *c, int pos, float *out)
+{
+    c->resid_pos = out ? pos : -1;
+    c->resid_out = out;
 }
 
 /* Pointer to the K (or V) vector of one position and KV head in a paged pool. */
@@ -440,6 +449,9 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
         for (size_t i = 0; i < (size_t)T * ff; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
         matmul(c, &L->w_down, c->gate, (size_t)T, c->h, NULL);
         for (size_t i = 0; i < (size_t)T * d; i++) c->x[i] += c->h[i];
+        if (c->resid_out)
+            for (int t = 0; t < T; t++)
+                if (c->pos[t] == c->resid_pos) memcpy(c->resid_out + (size_t)l * d, c->x + (size_t)t * d, d * sizeof(float));
     }
 
     /* 3. logits: gather the rows asked for, one product for all of them */
@@ -468,6 +480,19 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
     }
     for (int i = 0; i < n_seqs; i++) kv_seq_commit(seqs[i].kv, kv_seq_len(seqs[i].kv));
     return ATTND_OK;
+}
+
+void fwd_project(struct fwd_ctx *c, const float *x, int n, float *logits)
+{
+    const struct model *m = c->m;
+    const size_t d = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+    for (int done = 0; done < n;) {
+        int k = n - done < c->n_batch ? n - done : c->n_batch;
+        for (int r = 0; r < k; r++)
+            rmsnorm(c->h + (size_t)r * d, x + (size_t)(done + r) * d, m->output_norm, d, m->hp.rms_eps);
+        matmul(c, &m->output, c->h, (size_t)k, logits + (size_t)done * V, NULL);
+        done += k;
+    }
 }
 
 attnd_status fwd_eval(struct fwd_ctx *c, const int32_t *tokens, int n, bool all_logits, float *logits)

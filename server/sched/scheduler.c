@@ -18,6 +18,7 @@
 #include "attnd/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,10 +64,12 @@ struct req {
 };
 
 struct attn_job {
+    int lens;          /* 0: attention map, 1: logit lens */
     const int32_t *tokens;
     size_t n;
-    int layer, head;
+    int layer, head;   /* lens: layer = position, head = top_k */
     float *weights, *values, *output;
+    int *ids;          /* lens: (n_layer, top_k) */
     attnd_status st;
     int done;
     struct attn_job *next;
@@ -447,20 +450,56 @@ static void publish_stats(struct sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+static attnd_status ensure_attn_fwd(struct sched *s)
+{
+    const struct model_hparams *hp = &s->m->hp;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim;
+    if (s->attn_fwd) return ATTND_OK;
+    struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads, .kv_type = s->o.kv_type};
+    attnd_status st = fwd_create(s->m, &fo, &s->attn_fwd);
+    if (st) return st;
+    s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
+    s->probe_att = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
+    if (!s->probe_q || !s->probe_att) return ATTND_ERR_NOMEM;
+    return ATTND_OK;
+}
+
+static void run_logit_lens(struct sched *s, struct attn_job *j)
+{
+    const struct model_hparams *hp = &s->m->hp;
+    const size_t d = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, L = (size_t)hp->n_layer;
+    int pos = j->layer, k = j->head;
+    if ((j->st = ensure_attn_fwd(s))) return;
+    float *resid = malloc(L * d * sizeof(float)), *logits = malloc(L * V * sizeof(float));
+    if (!resid || !logits) {
+        j->st = ATTND_ERR_NOMEM;
+        goto out;
+    }
+    fwd_reset(s->attn_fwd);
+    fwd_set_resid_probe(s->attn_fwd, pos, resid);
+    j->st = fwd_eval(s->attn_fwd, j->tokens, pos + 1, false, NULL);
+    fwd_set_resid_probe(s->attn_fwd, -1, NULL);
+    fwd_reset(s->attn_fwd);
+    if (j->st) goto out;
+    fwd_project(s->attn_fwd, resid, (int)L, logits);
+    for (size_t l = 0; l < L && !j->st; l++) {
+        j->st = sampler_top_logprobs(logits + l * V, (int)V, k, j->ids + l * (size_t)k, j->weights + l * (size_t)k);
+        for (int i = 0; i < k; i++) j->weights[l * (size_t)k + (size_t)i] = expf(j->weights[l * (size_t)k + (size_t)i]);
+    }
+out:
+    free(resid);
+    free(logits);
+}
+
 static void run_attention(struct sched *s, struct attn_job *j)
 {
     const struct model_hparams *hp = &s->m->hp;
     const size_t hd = (size_t)hp->head_dim, nq = (size_t)hp->n_head * hd;
-    if (!s->attn_fwd) {
-        struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads, .kv_type = s->o.kv_type};
-        if ((j->st = fwd_create(s->m, &fo, &s->attn_fwd))) return;
-        s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
-        s->probe_att = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
-        if (!s->probe_q || !s->probe_att) {
-            j->st = ATTND_ERR_NOMEM;
-            return;
-        }
+    if (j->lens) {
+        run_logit_lens(s, j);
+        return;
     }
+    if ((j->st = ensure_attn_fwd(s))) return;
     fwd_reset(s->attn_fwd);
     fwd_set_probe(s->attn_fwd, j->layer, s->probe_q, s->probe_att);
     j->st = fwd_eval(s->attn_fwd, j->tokens, (int)j->n, false, NULL);
@@ -750,6 +789,23 @@ void sched_get_stats(struct sched *s, struct sched_stats *st)
 
 int sched_n_ctx(const struct sched *s) { return s->o.n_ctx; }
 
+/* Queues a job for the worker (it runs between steps) and waits for it. */
+static attnd_status run_job(struct sched *s, struct attn_job *j)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return ATTND_ERR_UNSUPPORTED;
+    }
+    struct attn_job **pp = &s->jobs;
+    while (*pp) pp = &(*pp)->next;
+    *pp = j;
+    pthread_cond_signal(&s->cv);
+    while (!j->done) pthread_cond_wait(&s->idle_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return j->st;
+}
+
 attnd_status sched_attention(struct sched *s, const int32_t *tokens, size_t n, int layer, int head, float *weights,
                              float *values, float *output)
 {
@@ -760,16 +816,20 @@ attnd_status sched_attention(struct sched *s, const int32_t *tokens, size_t n, i
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) return ATTND_ERR_INVALID;
     struct attn_job j = {.tokens = tokens, .n = n, .layer = layer, .head = head, .weights = weights,
                          .values = values, .output = output};
-    pthread_mutex_lock(&s->mu);
-    if (s->stopping) {
-        pthread_mutex_unlock(&s->mu);
-        return ATTND_ERR_UNSUPPORTED;
-    }
-    struct attn_job **pp = &s->jobs;
-    while (*pp) pp = &(*pp)->next;
-    *pp = &j;
-    pthread_cond_signal(&s->cv);
-    while (!j.done) pthread_cond_wait(&s->idle_cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    return j.st;
+    return run_job(s, &j);
+}
+
+attnd_status sched_logit_lens(struct sched *s, const int32_t *tokens, size_t n, int pos, int top_k, int *ids,
+                              float *probs)
+{
+    const struct model_hparams *hp = &s->m->hp;
+    if (!tokens || !ids || !probs || pos < 0 || (size_t)pos >= n || top_k < 1 || top_k > SCHED_MAX_LOGPROBS ||
+        top_k > hp->n_vocab)
+        return ATTND_ERR_INVALID;
+    if (n > (size_t)s->o.n_ctx) return ATTND_ERR_RANGE;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) return ATTND_ERR_INVALID;
+    struct attn_job j = {.lens = 1, .tokens = tokens, .n = n, .layer = pos, .head = top_k, .weights = probs,
+                         .ids = ids};
+    return run_job(s, &j);
 }

@@ -196,6 +196,39 @@ int main(void)
     free(v);
     free(o);
 
+    /* 4b. logit lens: the last layer is the model's real distribution (the reference's top-8
+     * after the prompt of golden case 0), every layer's list is sorted and sums to <= 1 */
+    {
+        cJSON *c0 = cJSON_GetArrayItem(cases, 0), *pt = cJSON_GetObjectItem(c0, "prompt_tokens");
+        cJSON *top = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c0, "steps"), 0), "top");
+        int np = cJSON_GetArraySize(pt), L = hp->n_layer, K = 8;
+        int32_t p[256];
+        for (int k = 0; k < np; k++) p[k] = cJSON_GetArrayItem(pt, k)->valueint;
+        int *ids = malloc((size_t)L * K * sizeof *ids);
+        float *pr = malloc((size_t)L * K * sizeof *pr);
+        T_CHECK(sched_logit_lens(s, p, (size_t)np, np - 1, K, ids, pr) == ATTND_OK, "logit lens");
+        for (int l = 0; l < L; l++) {
+            double sum = 0;
+            for (int i = 0; i < K; i++) {
+                sum += pr[l * K + i];
+                if (i) T_CHECK(pr[l * K + i] <= pr[l * K + i - 1], "layer %d sorted", l);
+            }
+            T_CHECK(sum <= 1.0 + 1e-5, "layer %d sums to %.6f <= 1", l, sum);
+        }
+        for (int i = 0; i < K; i++) {
+            cJSON *pair = cJSON_GetArrayItem(top, i);
+            double ref = exp(cJSON_GetArrayItem(pair, 1)->valuedouble);
+            T_CHECK(ids[(L - 1) * K + i] == cJSON_GetArrayItem(pair, 0)->valueint &&
+                        fabs(pr[(L - 1) * K + i] - ref) <= 1e-3 * ref + 1e-7,
+                    "last layer entry %d: id %d p %.6g vs reference %d %.6g", i, ids[(L - 1) * K + i],
+                    pr[(L - 1) * K + i], cJSON_GetArrayItem(pair, 0)->valueint, ref);
+        }
+        T_CHECK(sched_logit_lens(s, p, (size_t)np, np, K, ids, pr) == ATTND_ERR_INVALID, "pos out of range");
+        T_CHECK(sched_logit_lens(s, p, (size_t)np, 0, 0, ids, pr) == ATTND_ERR_INVALID, "top 0");
+        free(ids);
+        free(pr);
+    }
+
     /* 5. a full queue is refused; shutdown cancels what is queued */
     struct result many[12];
     memset(many, 0, sizeof many);
