@@ -31,7 +31,11 @@ BIN_SRC := server/main.c $(wildcard server/cmd/*.c tools/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The playground page (web/*) is embedded in the library as a generated C file (tools/embed.sh).
+WEB_FILES := $(sort $(wildcard web/*))
+WEB_GEN   := $(BUILD)/gen/web_assets.c
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(WEB_GEN:%.c=$(BUILD)/obj/%.o)
 BIN_OBJ := $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS   := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
@@ -56,6 +60,10 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(WEB_GEN): tools/embed.sh $(WEB_FILES) web
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh $@ $(WEB_FILES)
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

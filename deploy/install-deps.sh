@@ -3,7 +3,8 @@
 # Used by .ci/run, the Dockerfile and `make deps`; safe to run twice.
 #   deploy/install-deps.sh          build + test packages (default)
 #   deploy/install-deps.sh runtime  only what the daemon needs at run time (+ curl for health checks)
-#   deploy/install-deps.sh build    build + test packages without Node.js (the Dockerfile's build stage)
+#   deploy/install-deps.sh build    build + test packages without Node.js and chromium (the Dockerfile's
+#                                   build stage: it only compiles)
 set -eu
 mode=${1:-all}
 
@@ -22,8 +23,12 @@ missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-# Node.js (for the independent GGUF parser test) only where none is installed.
+# Node.js (for the independent GGUF parser test and the browser test) only where none is installed.
 if [ "$mode" = all ] && ! command -v npm >/dev/null 2>&1; then missing="$missing nodejs npm"; fi
+# chromium: the browser the playground test drives (tests/integration/test_playground.sh)
+if [ "$mode" = all ] && ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+  missing="$missing chromium"
+fi
 if [ -z "$missing" ]; then
   echo "install-deps: all packages present"
   exit 0

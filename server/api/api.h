@@ -32,6 +32,8 @@ enum api_route {
     API_ROUTE_GENERATE,
     API_ROUTE_ATTENTION,
     API_ROUTE_METRICS,
+    API_ROUTE_LOGIT_LENS,
+    API_ROUTE_WEB,       /* the playground page and its files (web.c) */
     API_ROUTE_COUNT
 };
 

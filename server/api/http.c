@@ -29,7 +29,9 @@
 #include "server/api/attention.h"
 #include "server/api/errors.h"
 #include "server/api/generate.h"
+#include "server/api/logit_lens.h"
 #include "server/api/metrics.h"
+#include "server/api/web.h"
 
 #define CONN_MEMORY_LIMIT (64 * 1024) /* per-connection buffer for headers and body chunks */
 
@@ -240,6 +242,8 @@ static const struct route g_routes[] = {
     {"/v1/generate", API_ROUTE_GENERATE, "POST", false},
     {"/attention", API_ROUTE_ATTENTION, "GET, HEAD", false},
     {"/metrics", API_ROUTE_METRICS, "GET, HEAD", false},
+    {"/logit_lens", API_ROUTE_LOGIT_LENS, "GET, HEAD", false},
+    {"/", API_ROUTE_WEB, "GET, HEAD", true}, /* static files, no secrets: the page asks for the key */
 };
 
 const char *api_route_name(enum api_route r)
@@ -253,6 +257,7 @@ static const struct route *find_route(const char *url)
 {
     for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++)
         if (!strcmp(url, g_routes[i].path)) return &g_routes[i];
+    if (api_web_has(url)) return find_route("/");
     return NULL;
 }
 
@@ -326,11 +331,12 @@ static enum MHD_Result admit(struct api_conn *c, const struct route *r, const ch
     struct http_server *srv = c->srv;
     if (!(r && r->open) && !authorized(c))
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");
-    if (!r) return api_error(c, 404, "no route %s (routes: /v1/generate, /attention, /health, /v1/models, /metrics)", c->path);
+    if (!r) return api_error(c, 404, "no route %s (routes: /v1/generate, /attention, /logit_lens, /health, /v1/models, /metrics, / for the playground)", c->path);
     if (!method_allowed(r, method))
         return api_error_hdr(c, 405, "Allow", r->allow, "%s does not accept %s (allowed: %s)", r->path, c->method, r->allow);
     int st = atomic_load(&srv->state);
-    if (r->id == API_ROUTE_GENERATE || r->id == API_ROUTE_ATTENTION || r->id == API_ROUTE_MODELS) {
+    if (r->id == API_ROUTE_GENERATE || r->id == API_ROUTE_ATTENTION || r->id == API_ROUTE_LOGIT_LENS ||
+        r->id == API_ROUTE_MODELS) {
         if (st == API_STATE_LOADING) return api_error_hdr(c, 503, "Retry-After", "1", "the model is still loading");
         if (st == API_STATE_STOPPING) return api_error_hdr(c, 503, "Retry-After", "1", "the server is shutting down");
     }
@@ -408,6 +414,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     case API_ROUTE_GENERATE: return api_generate(c);
     case API_ROUTE_ATTENTION: return api_attention(c);
     case API_ROUTE_METRICS: return metrics_route(c);
+    case API_ROUTE_LOGIT_LENS: return api_logit_lens(c);
+    case API_ROUTE_WEB: return api_web(c);
     default: return api_error(c, 404, "no route %s", c->path);
     }
 }
