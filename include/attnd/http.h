@@ -1,7 +1,7 @@
 /* http.h - the HTTP front end (libmicrohttpd, one thread per connection).
  *
- * Routes: POST /v1/generate (JSON or Server-Sent Events), GET /attention, GET /health,
- * GET /v1/models, GET /metrics. Every error answers one JSON shape
+ * Routes: POST /v1/generate (JSON or Server-Sent Events), GET /attention, GET /logit_lens,
+ * GET /health, GET /v1/models, GET /metrics, and the playground page at GET /. Every error answers one JSON shape
  * {"error":{"code":N,"type":"...","message":"..."}} and is counted in the metrics.
  *
  * Lifecycle (driven by `attnd serve`):

@@ -34,9 +34,7 @@ void api_attention_remember(struct http_server *srv, uint64_t id, const int32_t 
     pthread_mutex_unlock(&srv->mu);
 }
 
-/* Copies the tokens of request id (or of the most recent one if !by_id). Returns 0, 404, or 503
- * when out of memory. */
-static int history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *out_id, int32_t **tokens,
+int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *out_id, int32_t **tokens,
                        size_t *n)
 {
     int code = 404;
@@ -50,7 +48,7 @@ static int history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_
             code = 503;
             break;
         }
-        memcpy(*tokens, f->tokens, f->n * sizeof **tokens);
+        if (f->n) memcpy(*tokens, f->tokens, f->n * sizeof **tokens);
         *n = f->n;
         *out_id = f->id;
         code = 0;
@@ -85,8 +83,7 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_YES;
 }
 
-/* A plain decimal number without sign, at most max. */
-static bool parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
 {
     if (!s || *s < '0' || *s > '9') return false;
     char *end;
@@ -122,13 +119,13 @@ enum MHD_Result api_attention(struct api_conn *c)
     if (q.twice[0]) return api_error(c, 400, "query parameter '%s' is given twice", q.twice);
     if (!q.layer || !q.head) return api_error(c, 400, "'layer' and 'head' are required, e.g. /attention?layer=0&head=0");
     unsigned long long layer, head, id = 0;
-    if (!parse_uint(q.layer, 1u << 20, &layer)) return api_error(c, 400, "'layer' must be a non-negative integer");
-    if (!parse_uint(q.head, 1u << 20, &head)) return api_error(c, 400, "'head' must be a non-negative integer");
+    if (!api_parse_uint(q.layer, 1u << 20, &layer)) return api_error(c, 400, "'layer' must be a non-negative integer");
+    if (!api_parse_uint(q.head, 1u << 20, &head)) return api_error(c, 400, "'head' must be a non-negative integer");
     bool by_id = q.id != NULL, want_values = false;
     if (by_id) {
         const char *s = q.id;
         if (!strncmp(s, "gen-", 4)) s += 4;
-        if (!parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
+        if (!api_parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
     }
     if (q.values) {
         if (!strcmp(q.values, "1") || !strcmp(q.values, "true")) want_values = true;
@@ -149,7 +146,7 @@ enum MHD_Result api_attention(struct api_conn *c)
     int32_t *tokens = NULL;
     size_t n = 0;
     uint64_t rid = 0;
-    int code = history_get(srv, by_id, id, &rid, &tokens, &n);
+    int code = api_history_get(srv, by_id, id, &rid, &tokens, &n);
     if (code == 404) {
         if (by_id)
             return api_error(c, 404, "no finished request gen-%llu (the last %d finished requests are kept)", id,

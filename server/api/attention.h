@@ -20,4 +20,11 @@ void api_attention_remember(struct http_server *srv, uint64_t id, const int32_t 
  * head answer 400, an unknown id 404, a sequence longer than cfg.attention_max_tokens 413. */
 enum MHD_Result api_attention(struct api_conn *c);
 
+/* Copies the tokens of finished request id (or of the most recent one if !by_id) into a
+ * malloc'd array (*tokens, *n; *out_id gets its id). Returns 0, 404 (no such request) or 503
+ * (out of memory). Thread-safe. */
+int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *out_id, int32_t **tokens, size_t *n);
+/* Parses a plain decimal number without sign, at most max. */
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
+
 #endif

@@ -7,6 +7,8 @@
  */
 #include "server/api/logit_lens.h"
 
+#include "server/api/attention.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,34 +20,6 @@
 #include "server/api/errors.h"
 
 _Static_assert(API_LOGIT_LENS_TOP_MAX <= SCHED_MAX_LOGPROBS, "top= cap above what the scheduler accepts");
-
-/* ---- the finished request -------------------------------------------------------------------- */
-
-/* Copies the tokens of request id (or of the most recent one if !by_id) into a malloc'd array.
- * Returns 0, 404 (no such request) or 503 (out of memory). */
-static int lens_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *out_id, int32_t **tokens,
-                            size_t *n)
-{
-    int code = 404;
-    pthread_mutex_lock(&srv->mu);
-    const int keep = srv->cfg.keep_requests;
-    for (int k = 0; k < srv->hist_len; k++) {
-        const struct api_finished *f = &srv->history[(srv->hist_next - 1 - k + 2 * keep) % keep];
-        if (by_id && f->id != id) continue;
-        *tokens = malloc((f->n ? f->n : 1) * sizeof **tokens);
-        if (!*tokens) {
-            code = 503;
-            break;
-        }
-        if (f->n) memcpy(*tokens, f->tokens, f->n * sizeof **tokens);
-        *n = f->n;
-        *out_id = f->id;
-        code = 0;
-        break;
-    }
-    pthread_mutex_unlock(&srv->mu);
-    return code;
-}
 
 /* ---- the query string ------------------------------------------------------------------------ */
 
@@ -71,18 +45,6 @@ static enum MHD_Result lens_collect(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
-/* A plain decimal number without sign, at most max. */
-static bool lens_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
-{
-    if (!s || *s < '0' || *s > '9') return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max) return false;
-    *out = v;
-    return true;
-}
-
 /* Appends token id's text as a JSON string (piece is a scratch buffer of cap bytes). */
 static void put_piece(struct api_buf *b, const struct tokenizer *tok, int id, char *piece, size_t cap)
 {
@@ -101,14 +63,14 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
     if (q.twice[0]) return api_error(c, 400, "query parameter '%s' is given twice", q.twice);
     if (!q.pos) return api_error(c, 400, "'pos' is required, e.g. /logit_lens?pos=3");
     unsigned long long pos, top = API_LOGIT_LENS_TOP_DEFAULT, id = 0;
-    if (!lens_parse_uint(q.pos, 1u << 30, &pos)) return api_error(c, 400, "'pos' must be a non-negative integer");
-    if (q.top && (!lens_parse_uint(q.top, API_LOGIT_LENS_TOP_MAX, &top) || top < 1))
+    if (!api_parse_uint(q.pos, 1u << 30, &pos)) return api_error(c, 400, "'pos' must be a non-negative integer");
+    if (q.top && (!api_parse_uint(q.top, API_LOGIT_LENS_TOP_MAX, &top) || top < 1))
         return api_error(c, 400, "'top' must be an integer 1..%d", API_LOGIT_LENS_TOP_MAX);
     bool by_id = q.id != NULL;
     if (by_id) {
         const char *s = q.id;
         if (!strncmp(s, "gen-", 4)) s += 4;
-        if (!lens_parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
+        if (!api_parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
     }
 
     struct api_engine e;
@@ -121,7 +83,7 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
     int32_t *tokens = NULL;
     size_t n = 0;
     uint64_t rid = 0;
-    int code = lens_history_get(srv, by_id, id, &rid, &tokens, &n);
+    int code = api_history_get(srv, by_id, id, &rid, &tokens, &n);
     if (code == 404) {
         if (by_id)
             return api_error(c, 404, "no finished request gen-%llu (the last %d finished requests are kept)", id,
