@@ -7,7 +7,8 @@
  *   madd(.., 1)               -> 8 x i32
  *   acc += float(..) * (d_w * d_a)   (8 lanes, summed at the end)
  * The GEMMs register-block 2 weight rows x 4 tokens: each weight vector is loaded (and for Q4_0
- * unpacked) once for 4 tokens and each activation vector once for 2 rows. */
+ * unpacked) once for 4 tokens and each activation vector once for 2 rows. Q8_0 weights with
+ * n_tok >= 4 take gemm_q8_il instead: activations repacked so that one cvt + fma covers 4 tokens. */
 #include "kernels/cpu/kernels_impl.h"
 
 #include "attnd/tensor.h"
@@ -319,6 +320,144 @@ INLINE void tile_quant_rt(int q4, int R, int T, size_t nb, const unsigned char *
     }
 }
 
+/* Q8_0 GEMM for full groups of 4 tokens, up to IL_ROWS weight rows at a time. The group's
+ * activations are repacked per block into 4 vectors x[k] = [a_t0[8k..8k+8) | a_t1[..] | a_t2[..]
+ * | a_t3[..]] (and |x[k]|), so a weight's 8 bytes w[8k..8k+8), broadcast, line up with all 4
+ * tokens:  maddubs(|x[k]|, sign(w, x[k])) -> madd(.., 1) gives lanes [t0 t0 t1 t1 t2 t2 t3 t3]
+ * of 4-product sums; the 4 k add up in int32 (|sum| <= 32 * 127 * 127), so one cvt and one fma
+ * per (row, block) cover all 4 tokens instead of one per (row, token, block). */
+#define IL_ROWS 8
+/* token x block chunk of the repacked activations: 32 * 32 * 64 bytes = 64 KiB (L2); one group's
+ * 32 blocks (8 KiB) and 8 weight rows' 32 blocks (8.5 KiB) stay in L1 */
+#define IL_TOK 32
+#define IL_BLK 32
+
+typedef struct {
+    _Alignas(32) unsigned char x[4][32], ax[4][32];
+} il_block;
+
+INLINE void tile_il(int R, size_t nb, const unsigned char *w, size_t wrb, const il_block *ab, const float *sw,
+                    const float *sa8, float *y, size_t ys, int add)
+{
+    __m256 acc[IL_ROWS];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int ri = 0; ri < R; ri++) acc[ri] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const il_block *xb = ab + b;
+        __m256i ax[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) ax[k] = _mm256_load_si256((const __m256i *)(const void *)xb->ax[k]);
+        __m256 s8 = _mm256_load_ps(sa8 + 8 * b);
+#pragma GCC unroll 8
+        for (int ri = 0; ri < R; ri++) {
+            const unsigned char *wp = w + ri * wrb + b * CPU_Q8_0_BYTES + 2;
+            __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                long long w8;
+                memcpy(&w8, wp + 8 * k, 8);
+                __m256i t = _mm256_sign_epi8(_mm256_set1_epi64x(w8),
+                                             _mm256_load_si256((const __m256i *)(const void *)xb->x[k]));
+                t = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], t), ones);
+                m = k ? _mm256_add_epi32(m, t) : t;
+            }
+            __m256 sc = _mm256_mul_ps(_mm256_broadcast_ss(sw + ri * GEMM_BLK + b), s8);
+            acc[ri] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), sc, acc[ri]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int ri = 0; ri < R; ri++) {
+        /* lanes [t0 t0 t1 t1 | t2 t2 t3 t3] -> [t0 t1 . . | t2 t3 . .] */
+        __m256 h = _mm256_hadd_ps(acc[ri], acc[ri]);
+        __m128 lo = _mm256_castps256_ps128(h), hi = _mm256_extractf128_ps(h, 1);
+        float v[4] = {_mm_cvtss_f32(lo), _mm_cvtss_f32(_mm_movehdup_ps(lo)), _mm_cvtss_f32(hi),
+                      _mm_cvtss_f32(_mm_movehdup_ps(hi))};
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) y[j * ys + ri] = (add ? y[j * ys + ri] : 0.0f) + v[j];
+    }
+}
+
+INLINE void tile_il_r(int R, size_t nb, const unsigned char *w, size_t wrb, const il_block *ab, const float *sw,
+                      const float *sa8, float *y, size_t ys, int add)
+{
+    switch (R) {
+    case 1: tile_il(1, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 2: tile_il(2, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 3: tile_il(3, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 4: tile_il(4, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 5: tile_il(5, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 6: tile_il(6, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    case 7: tile_il(7, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    default: tile_il(8, nb, w, wrb, ab, sw, sa8, y, ys, add); return;
+    }
+}
+
+/* Q8_0 weights, n_tok >= 4: full token groups through tile_il, the remainder (< 4 tokens)
+ * through tile_quant. */
+INLINE void gemm_q8_il(size_t nb, const unsigned char *pw, size_t wrb, size_t r0, size_t r1, const unsigned char *pa,
+                       size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    il_block xq[IL_TOK / 4][IL_BLK];
+    _Alignas(32) float sa8[IL_TOK / 4][IL_BLK][8];
+    _Alignas(32) float scales[IL_BLK][4];
+    float wscales[IL_ROWS][GEMM_BLK], tsc[IL_TOK][IL_BLK];
+    for (size_t t0 = 0; t0 < n_tok; t0 += IL_TOK) {
+        size_t nt = n_tok - t0 < IL_TOK ? n_tok - t0 : IL_TOK, ng = nt / 4, rest = nt % 4;
+        for (size_t b0 = 0; b0 < nb; b0 += IL_BLK) {
+            size_t nbc = nb - b0 < IL_BLK ? nb - b0 : IL_BLK;
+            for (size_t g = 0; g < ng; g++)
+                for (size_t b = 0; b < nbc; b++) {
+                    il_block *xb = &xq[g][b];
+                    for (size_t l = 0; l < 4; l++) {
+                        const unsigned char *src = pa + (t0 + 4 * g + l) * arb + (b0 + b) * CPU_Q8_0_BYTES;
+                        sa8[g][b][2 * l] = sa8[g][b][2 * l + 1] = tsc[4 * g + l][b] = ld_f16(src);
+                        for (int k = 0; k < 4; k++) memcpy(xb->x[k] + 8 * l, src + 2 + 8 * k, 8);
+                    }
+                    for (int k = 0; k < 4; k++)
+                        _mm256_store_si256((__m256i *)(void *)xb->ax[k],
+                                           _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(const void *)xb->x[k])));
+                }
+            size_t jr = t0 + 4 * ng; /* first remainder token */
+            for (size_t b = 0; b < nbc; b++)
+                for (size_t l = 0; l < 4; l++) {
+                    scales[b][l] = l < rest ? ld_f16(pa + (jr + l) * arb + (b0 + b) * CPU_Q8_0_BYTES) : 0.0f;
+                    if (l < rest) tsc[4 * ng + l][b] = scales[b][l];
+                }
+            for (size_t r = r0; r < r1; r += IL_ROWS) {
+                int R = r1 - r < IL_ROWS ? (int)(r1 - r) : IL_ROWS;
+                const unsigned char *wr = pw + r * wrb + b0 * CPU_Q8_0_BYTES;
+                __m256i m128 = _mm256_setzero_si256();
+                for (int ri = 0; ri < R; ri++)
+                    for (size_t b = 0; b < nbc; b++) {
+                        const unsigned char *blk = wr + ri * wrb + b * CPU_Q8_0_BYTES;
+                        wscales[ri][b] = ld_f16(blk);
+                        m128 = _mm256_or_si256(m128, _mm256_cmpeq_epi8(load_aq(blk, 0), _mm256_set1_epi8(-128)));
+                    }
+                if (!_mm256_testz_si256(m128, m128)) {
+                    /* a weight of -128: sign(w, a) would overflow, so these rows take the
+                     * |w| * sign(a, w) dot, one (row, token) at a time (quantizers emit -127..127) */
+                    for (int ri = 0; ri < R; ri++)
+                        for (size_t l = 0; l < nt; l++) {
+                            float v = dot_quant(0, nbc, wr + ri * wrb, pa + (t0 + l) * arb + b0 * CPU_Q8_0_BYTES,
+                                                tsc[l]);
+                            float *yo = y + (t0 + l) * ys + r + (size_t)ri;
+                            *yo = b0 ? *yo + v : v;
+                        }
+                    continue;
+                }
+                for (size_t g = 0; g < ng; g++)
+                    tile_il_r(R, nbc, wr, wrb, xq[g], wscales[0], sa8[g][0], y + (t0 + 4 * g) * ys + r, ys, b0 > 0);
+                if (rest)
+                    for (int ri = 0; ri < R; ri += 2)
+                        tile_quant_rt(0, R - ri >= 2 ? 2 : 1, (int)rest, nbc, wr + ri * wrb, wrb,
+                                      pa + jr * arb + b0 * CPU_Q8_0_BYTES, arb, wscales[ri], scales[0],
+                                      y + jr * ys + r + ri, ys, b0 > 0);
+            }
+        }
+    }
+}
+
 INLINE void gemm_quant(int q4, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                        size_t n_tok, float *y, size_t ys)
 {
@@ -329,6 +468,14 @@ INLINE void gemm_quant(int q4, size_t n, const void *w, size_t wrb, size_t r0, s
     if (nb == 0) {
         for (size_t j = 0; j < n_tok; j++)
             for (size_t r = r0; r < r1; r++) y[j * ys + r] = 0.0f;
+        return;
+    }
+    if (!q4 && n_tok >= 4) {
+        gemm_q8_il(nb, pw, wrb, r0, r1, pa, arb, n_tok, y, ys);
+        return;
+    }
+    if (!q4 && n_tok >= 4) {
+        gemm_q8_il(nb, pw, wrb, r0, r1, pa, arb, n_tok, y, ys);
         return;
     }
     if (n_tok == 1) {
