@@ -77,3 +77,11 @@ void check_fail(const char *file, int line, const char *expr)
     fflush(stderr);
     abort();
 }
+
+void check_deadline(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    long long ns = ts->tv_nsec + (long long)(ms > 0 ? ms : 0) * 1000000LL;
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
+}

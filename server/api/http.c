@@ -8,6 +8,8 @@
  */
 #include "attnd/http.h"
 
+#include "attnd/check.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -604,10 +606,7 @@ void http_detach_engine(struct http_server *srv)
 bool http_wait_idle(struct http_server *srv, int timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = ts.tv_nsec + (long long)(timeout_ms > 0 ? timeout_ms : 0) * 1000000LL;
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    check_deadline(&ts, timeout_ms);
     pthread_mutex_lock(&srv->mu);
     int rc = 0;
     while (srv->inflight > 0 && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);

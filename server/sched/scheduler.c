@@ -762,10 +762,7 @@ void sched_drain(struct sched *s)
 bool sched_wait_idle(struct sched *s, int timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = ts.tv_nsec + (long long)(timeout_ms > 0 ? timeout_ms : 0) * 1000000LL;
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    check_deadline(&ts, timeout_ms);
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     while ((s->head || s->active || s->jobs) && rc != ETIMEDOUT)
