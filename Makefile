@@ -19,14 +19,15 @@ CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -f
 LDFLAGS_asan   := -fsanitize=address,undefined
 CFLAGS  += $(WARN) $(CFLAGS_$(VARIANT)) -pthread
 LDFLAGS += $(LDFLAGS_$(VARIANT)) -pthread
-LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lm
+LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lvulkan -lm
 
 # Per-file instruction sets: only these files use them, behind a run-time CPU check.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 # server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
-LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c)
+LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c) \
+           $(wildcard kernels/vulkan/*.c)
 BIN_SRC := server/main.c $(wildcard server/cmd/*.c tools/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -34,6 +35,13 @@ BENCH_SRC := $(wildcard bench/*.c)
 # The playground page (web/*) is embedded in the library as a generated C file (tools/embed.sh).
 WEB_FILES := $(sort $(wildcard web/*))
 WEB_GEN   := $(BUILD)/gen/web_assets.c
+
+# Vulkan compute shaders: GLSL compiled to SPIR-V at build time, embedded as uint32_t arrays in
+# generated headers (build/<variant>/gen/spv_<name>.h) that kernels/vulkan/*.c include.
+GLSLANG   ?= glslangValidator
+VK_COMP   := $(sort $(wildcard kernels/vulkan/*.comp))
+VK_SPV_H  := $(VK_COMP:kernels/vulkan/%.comp=$(BUILD)/gen/spv_%.h)
+CPPFLAGS  += -I$(BUILD)/gen
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(WEB_GEN:%.c=$(BUILD)/obj/%.o)
 BIN_OBJ := $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
@@ -64,6 +72,13 @@ $(BUILD)/obj/%.o: %.c
 $(WEB_GEN): tools/embed.sh $(WEB_FILES) web
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh $@ $(WEB_FILES)
+
+$(BUILD)/gen/spv_%.h: kernels/vulkan/%.comp $(wildcard kernels/vulkan/*.glsl) kernels/vulkan/embed_spv.sh
+	@mkdir -p $(dir $@)
+	$(GLSLANG) -V --target-env vulkan1.2 -o $(@:.h=.spv) $<
+	sh kernels/vulkan/embed_spv.sh $(@:.h=.spv) spv_$* >$@.tmp && mv $@.tmp $@
+
+$(filter $(BUILD)/obj/kernels/vulkan/%,$(LIB_OBJ)): $(VK_SPV_H)
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
