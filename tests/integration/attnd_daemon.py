@@ -118,6 +118,16 @@ class Daemon:
         return parse_prometheus(r.text)
 
 
+def wait_for(pred, timeout=10.0):
+    """Polls pred() every 50 ms until it is true (True) or timeout seconds pass (False)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def parse_sse(lines):
     """Events from an SSE line iterator: a list of parsed `data:` payloads, and whether
     `data: [DONE]` ended the stream."""

@@ -7,19 +7,10 @@ import time
 
 import requests
 
-from attnd_daemon import Checker, Daemon, error_shape_ok, model
+from attnd_daemon import Checker, Daemon, error_shape_ok, model, wait_for
 
 c = Checker("test_http_concurrency")
 MODEL = model("tiny-llama-spm-f32.gguf")
-
-
-def wait_for(pred, timeout=10.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def cancelled(d):

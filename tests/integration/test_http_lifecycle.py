@@ -10,19 +10,10 @@ import tempfile
 import threading
 import time
 
-from attnd_daemon import Checker, Daemon, error_shape_ok, model, parse_sse
+from attnd_daemon import Checker, Daemon, error_shape_ok, model, parse_sse, wait_for
 
 c = Checker("test_http_lifecycle")
 MODEL = model("tiny-llama-spm-f32.gguf")
-
-
-def wait_for(pred, timeout=10.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def running(d):
