@@ -63,7 +63,7 @@ struct sched_event {
                                    text when earlier bytes were held back). Valid during the
                                    callback only. */
     size_t text_len;
-    float logprob;              /* log-probability of token */
+    float logprob;              /* log-probability of token (0 unless the request asked for logprobs) */
     int n_top;                  /* top alternatives (== request's logprobs) */
     const int *top_ids;
     const float *top_logprobs;

@@ -307,8 +307,8 @@ static int sample_and_emit(struct sched *s, int idx)
     r->toks[r->n_toks++] = id;
     r->n_gen++;
     struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = id, .text = "", .text_len = 0};
-    sampler_token_logprob(r->logits, V, id, &ev.logprob);
-    if (r->logprobs > 0) {
+    if (r->logprobs > 0) { /* a full-vocabulary log-softmax: only when the client asked */
+        sampler_token_logprob(r->logits, V, id, &ev.logprob);
         sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
         ev.n_top = r->logprobs;
         ev.top_ids = top_ids;

@@ -66,7 +66,8 @@ static void submit(struct sched *s, const struct job *j, struct out *o)
     memset(o, 0, sizeof *o);
     pthread_mutex_init(&o->mu, NULL);
     struct sched_request r = {.prompt = j->prompt, .n_prompt = (size_t)j->n_prompt, .max_tokens = j->n_gen,
-                              .sampling = sampler_params_default(), .ignore_eos = true};
+                              .sampling = sampler_params_default(), .ignore_eos = true,
+                              .logprobs = 1};
     r.sampling.temperature = 0;
     char err[256];
     uint64_t id;
