@@ -70,8 +70,8 @@ try:
     # disconnect mid-stream
     before = cancelled(d)
     t0 = time.time()
-    r = d.post("/v1/generate", {"prompt": "A long story", "max_tokens": 3000, "temperature": 0, "ignore_eos": True,
-                                "stream": True}, stream=True)
+    r = d.post("/v1/generate", {"prompt": "A long story", "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
+                                "stream": True, "logprobs": 20}, stream=True)
     lines = r.iter_lines(chunk_size=None)
     got = 0
     for line in lines:
@@ -86,9 +86,11 @@ try:
 
     # disconnect while waiting for a whole answer
     try:
-        d.post("/v1/generate", {"prompt": "Another long story", "max_tokens": 3000, "temperature": 0,
-                                "ignore_eos": True}, timeout=0.5)
-        c.check(False, "a 3000-token request finished in 0.5 s")
+        # 4000 tokens with 20 alternatives each take seconds even on the tiny model; the client
+        # gives up after 0.15 s
+        d.post("/v1/generate", {"prompt": "Another long story", "max_tokens": 4000, "temperature": 0,
+                                "ignore_eos": True, "logprobs": 20}, timeout=0.15)
+        c.check(False, "a 4000-token request finished in 0.15 s")
     except requests.exceptions.ReadTimeout:
         pass
     c.check(wait_for(lambda: cancelled(d) == before + 2), "disconnected non-stream request not cancelled")
@@ -109,10 +111,13 @@ finally:
 # ---------------------------------------------------------------------------------------------
 d = Daemon(MODEL, "--max-queue", "1", "--max-running", "1")
 try:
-    s1 = d.post("/v1/generate", {"prompt": "one", "max_tokens": 3000, "ignore_eos": True, "stream": True}, stream=True)
+    # long, slow requests (20 alternatives per token), so neither can finish before it is closed
+    s1 = d.post("/v1/generate", {"prompt": "one", "max_tokens": 4000, "ignore_eos": True, "stream": True,
+                                 "logprobs": 20}, stream=True)
     it1 = s1.iter_lines(chunk_size=None)
     next(x for x in it1 if x.startswith(b"data: "))  # running
-    s2 = d.post("/v1/generate", {"prompt": "two", "max_tokens": 5, "stream": True}, stream=True)  # queued
+    s2 = d.post("/v1/generate", {"prompt": "two", "max_tokens": 4000, "ignore_eos": True, "stream": True,
+                                 "logprobs": 20}, stream=True)  # queued
     r = d.post("/v1/generate", {"prompt": "three", "max_tokens": 5})
     c.check(error_shape_ok(r, 503) is None, f"full queue: {error_shape_ok(r, 503)}")
     c.check(r.headers.get("Retry-After") == "1", f"full queue: Retry-After {r.headers.get('Retry-After')}")

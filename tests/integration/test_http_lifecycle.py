@@ -61,8 +61,9 @@ try:
 
     def in_flight():
         try:
-            result["r"] = d.post("/v1/generate", {"prompt": "in flight at SIGTERM", "max_tokens": 200,
-                                                  "temperature": 0, "ignore_eos": True}, timeout=60)
+            # a 1500-token prompt and 20 alternatives per token: still running when the signal comes
+            result["r"] = d.post("/v1/generate", {"prompt": [1] * 1500, "max_tokens": 200, "temperature": 0,
+                                                  "ignore_eos": True, "logprobs": 20}, timeout=60)
         except Exception as ex:  # noqa: BLE001 - reported below
             result["error"] = ex
 
@@ -97,7 +98,7 @@ finally:
 # ---------------------------------------------------------------------------------------------
 d = Daemon(MODEL, "--grace-ms", "300")
 try:
-    with d.post("/v1/generate", {"prompt": "too long to finish", "max_tokens": 3000, "ignore_eos": True,
+    with d.post("/v1/generate", {"prompt": "too long to finish", "max_tokens": 4000, "logprobs": 20, "ignore_eos": True,
                                  "stream": True}, stream=True) as r:
         lines = r.iter_lines(chunk_size=None)
         next(x for x in lines if x.startswith(b"data: "))
