@@ -9,7 +9,7 @@
 
 #include "attnd/log.h"
 
-#define VKB_MAX_SETS 64      /* dispatches per batch */
+#define VKB_MAX_SETS 2048    /* dispatches per batch (a whole forward step is one batch) */
 #define VKB_MAX_BINDINGS 16  /* storage buffers per pipeline */
 
 struct vkb_device {
@@ -451,6 +451,7 @@ void vkb_buffer_destroy(struct vkb_device *d, struct vkb_buffer *b)
 }
 
 size_t vkb_buffer_size(const struct vkb_buffer *b) { return b->size; }
+void *vkb_buffer_map(const struct vkb_buffer *b) { return b->map; }
 
 /* One synchronous copy on the transfer command buffer. */
 static attnd_status copy_sync(struct vkb_device *d, VkBuffer src, size_t src_off, VkBuffer dst, size_t dst_off,

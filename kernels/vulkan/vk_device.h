@@ -68,6 +68,9 @@ const char *vkb_last_error(void);
 attnd_status vkb_buffer_create(struct vkb_device *dev, size_t bytes, struct vkb_buffer **out);
 void vkb_buffer_destroy(struct vkb_device *dev, struct vkb_buffer *buf); /* NULL: no-op */
 size_t vkb_buffer_size(const struct vkb_buffer *buf);
+/* Host pointer to the whole buffer when its memory is host-visible and coherent (always on a CPU
+ * device), else NULL. Writes through it must not race a batch that reads the buffer. */
+void *vkb_buffer_map(const struct vkb_buffer *buf);
 /* Copies n bytes between host memory and the buffer at offset off (synchronous). Not allowed
  * between vkb_begin() and vkb_submit_wait(). */
 attnd_status vkb_buffer_write(struct vkb_device *dev, struct vkb_buffer *buf, size_t off, const void *src, size_t n);
