@@ -31,4 +31,31 @@ void vkb_fa2_destroy(struct vkb_fa2 *f); /* NULL: no-op */
  * without timestamps. Not thread-safe per f. */
 attnd_status vkb_fa2_attend(struct vkb_fa2 *f, const struct fa2_args *a, double *gpu_ms);
 
+/* ---- device-resident use (the Vulkan forward pass) -------------------------------------------
+ * A plan holds, on the device, what is the same for every layer of one step: the block tables,
+ * the per-sequence offsets and the work-item lists (and scratch for split decode partials). It is
+ * built once per step, outside any batch (before vkb_begin()), then recorded once per layer into
+ * the open batch with that layer's pool buffers. Its device buffers are reused (grown when
+ * needed) from step to step.
+ *
+ * Layouts on the device: q and out are f32 (T, n_head * head_dim) with the sequences' rows
+ * consecutive in a->seqs order (sequences with n_q == 0 take no rows), starting at element
+ * q_off / out_off. k and v are the layer's pools, layout of kvcache.h (a->kv_type,
+ * a->block_stride bytes between blocks, a->n_blocks blocks), starting at element 0. The q, out,
+ * k and v pointers inside a and its seqs are ignored; seqs' n_q, pos0 and block_table are read.
+ *
+ * vkb_fa2_record() records the dispatches (and the barrier between split decode and its
+ * reduce); the caller puts a vkb_barrier() before it (after writing q and the pools) and after
+ * it (before reading out). The plan must stay alive and unchanged until the batch is submitted
+ * and waited for. */
+struct vkb_fa2_plan;
+
+attnd_status vkb_fa2_plan_create(struct vkb_fa2 *f, struct vkb_fa2_plan **out);
+void vkb_fa2_plan_destroy(struct vkb_fa2_plan *p); /* NULL: no-op */
+/* Validates a (same errors as vkb_fa2_attend) and uploads the step's tables. Builds the
+ * pipelines the step needs. Not between vkb_begin() and vkb_submit_wait(). */
+attnd_status vkb_fa2_plan_build(struct vkb_fa2_plan *p, const struct fa2_args *a);
+attnd_status vkb_fa2_record(struct vkb_fa2_plan *p, struct vkb_buffer *q, size_t q_off, struct vkb_buffer *k,
+                            struct vkb_buffer *v, struct vkb_buffer *out, size_t out_off);
+
 #endif
