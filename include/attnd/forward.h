@@ -22,12 +22,28 @@
 struct kv_cache;
 struct kv_seq;
 
+/* Where the step runs. */
+enum fwd_backend {
+    FWD_BACKEND_CPU = 0, /* the SIMD CPU kernels (the default for library callers) */
+    FWD_BACKEND_AUTO,    /* a Vulkan GPU (discrete or integrated) if one is usable, else the CPU
+                            kernels; a CPU Vulkan device (lavapipe) is not chosen here: on the same
+                            cores the CPU kernels are faster */
+    FWD_BACKEND_VULKAN,  /* a Vulkan device (any type, lavapipe included); fwd_create fails with
+                            ATTND_ERR_UNSUPPORTED and a reason (fwd_backend_error) if none works */
+};
+
+/* "cpu", "auto" or "vulkan" -> *out; -1 for anything else. */
+int fwd_backend_parse(const char *s, enum fwd_backend *out);
+
 struct fwd_opts {
     int n_ctx;                 /* private cache capacity in tokens (0: min(model's context_length, 4096));
                                   -1: no private cache (batch use only) */
     int n_threads;             /* worker threads including the caller (0: online CPUs) */
     int n_batch;               /* most tokens in one step; fwd_eval chunks longer inputs (0: 256) */
     enum tensor_type kv_type;  /* private cache element type: TENSOR_F32 (default) or TENSOR_F16 */
+    enum fwd_backend backend;  /* default FWD_BACKEND_CPU */
+    int vk_device;             /* 0: the best Vulkan device ($ATTND_VK_DEVICE overrides); N >= 1: the
+                                  device at index N - 1 in vkEnumeratePhysicalDevices order */
 };
 
 struct fwd_ctx;
@@ -37,6 +53,16 @@ struct fwd_ctx;
 attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, struct fwd_ctx **out);
 /* fwd_destroy(NULL) is a no-op. */
 void fwd_destroy(struct fwd_ctx *c);
+
+/* Why the last fwd_create on this thread did not use Vulkan ("" if it did or was not asked to):
+ * the fallback reason for FWD_BACKEND_AUTO, the error for FWD_BACKEND_VULKAN. */
+const char *fwd_backend_error(void);
+/* The backend in use: "cpu" or "vulkan". */
+const char *fwd_backend_name(const struct fwd_ctx *c);
+/* The device in use: the Vulkan device's name, or "cpu (<isa>)". */
+const char *fwd_device_name(const struct fwd_ctx *c);
+/* Vulkan validation-layer errors seen on the context's device (0 on the CPU or without the layer). */
+unsigned fwd_validation_errors(const struct fwd_ctx *c);
 
 /* One sequence's share of a step. */
 struct fwd_seq {

@@ -37,6 +37,8 @@ struct sched_opts {
     size_t kv_blocks;   /* KV pool size in 16-token blocks (0: from kv_mib) */
     size_t kv_mib;      /* KV pool size in MiB when kv_blocks is 0 (0: 256); never less than one
                            full context */
+    int backend;        /* enum fwd_backend (forward.h): 0 = CPU kernels */
+    int vk_device;      /* fwd_opts.vk_device: 0 = the best Vulkan device, N = index N - 1 */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */
@@ -117,6 +119,9 @@ struct sched_stats {
     uint64_t last_batch_tokens, last_batch_seqs;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
+/* The compute backend in use ("cpu" or "vulkan") and its device's name. Thread-safe. */
+const char *sched_backend(const struct sched *s);
+const char *sched_device(const struct sched *s);
 int sched_n_ctx(const struct sched *s);
 
 /* Attention map of one layer and query head over tokens[0..n): recomputes the forward pass

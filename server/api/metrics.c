@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,8 +144,16 @@ static void render_histogram(struct api_buf *b, const char *name, const char *he
     api_buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
-static void render(struct api_buf *b, const struct counters *c, const struct sched_stats *st)
+static void render(struct api_buf *b, const struct counters *c, const struct sched_stats *st, const char *backend,
+                   const char *device)
 {
+    if (backend) {
+        header(b, "attnd_backend_info", "gauge", "The compute backend and device in use (value 1).");
+        api_buf_printf(b, "attnd_backend_info{backend=\"%s\",device=\"", backend);
+        for (const char *p = device; *p; p++) /* label value escaping */
+            api_buf_printf(b, "%s%c", (*p == '"' || *p == '\\') ? "\\" : "", *p == '\n' ? ' ' : *p);
+        api_buf_printf(b, "\"} 1\n");
+    }
     header(b, "attnd_requests_total", "counter", "HTTP requests answered, by route and status code.");
     for (int r = 0; r < API_ROUTE_COUNT; r++)
         for (int s = 0; s < N_STATUS; s++)
@@ -213,13 +222,16 @@ enum MHD_Result metrics_route(struct api_conn *c)
     struct sched_stats st;
     bool have = false;
     struct api_engine e;
+    char backend[16] = "", device[256] = "";
     if (api_engine_acquire(c->srv, &e)) {
         sched_get_stats(e.sched, &st);
+        snprintf(backend, sizeof backend, "%s", sched_backend(e.sched));
+        snprintf(device, sizeof device, "%s", sched_device(e.sched));
         api_engine_release(c->srv);
         have = true;
     }
     struct api_buf b = {0};
-    render(&b, snap, have ? &st : NULL);
+    render(&b, snap, have ? &st : NULL, have ? backend : NULL, device);
     free(snap);
     size_t len = b.len;
     char *body = api_buf_take(&b);

@@ -5,6 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "attnd/forward.h"
 
 int cli_int(const char *flag, const char *s, long lo, long hi, long *out)
 {
@@ -65,5 +68,25 @@ int cli_int_list(const char *flag, const char *s, int32_t **out, size_t *n)
     }
     *out = v;
     *n = k;
+    return 0;
+}
+
+int cli_backend_flag(const char *flag, const char *v, int *backend, int *vk_device)
+{
+    if (!strcmp(flag, "--backend")) {
+        enum fwd_backend b;
+        if (!v || fwd_backend_parse(v, &b)) {
+            fprintf(stderr, "attnd: --backend expects auto, vulkan or cpu, got '%s'\n", v ? v : "");
+            return -1;
+        }
+        *backend = (int)b;
+        return 1;
+    }
+    if (!strcmp(flag, "--vk-device")) {
+        long n;
+        if (cli_int(flag, v, 0, 63, &n)) return -1;
+        *vk_device = (int)n + 1;
+        return 1;
+    }
     return 0;
 }

@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "  --stop STR           stop when STR is generated (repeatable, up to %d)\n"
             "  --ignore-eos         keep generating past end-of-generation tokens\n"
             "  --special            parse special tokens (<|im_end|>...) in the prompt and print them\n"
-            "  --threads N  --ctx N --json\n",
+            "  --threads N  --ctx N --json\n"
+            CLI_BACKEND_HELP,
             MAX_STOPS);
 }
 
@@ -78,6 +79,7 @@ int cmd_run(int argc, char **argv)
     const char *stops[MAX_STOPS];
     int n_stops = 0, json = 0, ignore_eos = 0, special = 0;
     long n_predict = 128, threads = 0, n_ctx = 0;
+    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
     struct sampler_params sp = sampler_params_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,7 +95,9 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "attnd run: unknown option or missing value: '%s'\n", a);
             usage(stderr);
             return 2;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
+        } else if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
+        else if (bf) i++;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
         else if (!strcmp(a, "--stop")) {
@@ -198,10 +202,16 @@ int cmd_run(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    struct fwd_opts fo = {.n_ctx = (int)ctx, .n_threads = (int)threads};
+    struct fwd_opts fo = {.n_ctx = (int)ctx, .n_threads = (int)threads, .backend = (enum fwd_backend)backend,
+                          .vk_device = vk_device};
     logits = malloc((size_t)V * sizeof(float));
     gen = malloc(((size_t)n_predict + 1) * sizeof *gen);
-    if (!logits || !gen || fwd_create(m, &fo, &c) || sampler_create(&sp, V, &smp) ||
+    if (logits && gen && fwd_create(m, &fo, &c)) {
+        fprintf(stderr, "attnd run: cannot create the forward context: %s\n",
+                fwd_backend_error()[0] ? fwd_backend_error() : "out of memory");
+        goto done;
+    }
+    if (!logits || !gen || sampler_create(&sp, V, &smp) ||
         stop_create(stops, n_stops, &stop) || tok_stream_create(tok, special ? TOK_DECODE_SPECIAL : 0, &ts)) {
         fprintf(stderr, "attnd run: out of memory\n");
         goto done;
@@ -263,6 +273,8 @@ int cmd_run(int argc, char **argv)
         cJSON_AddStringToObject(o, "text", text ? text : "");
         free(text);
         cJSON_AddStringToObject(o, "finish_reason", finish);
+        cJSON_AddStringToObject(o, "backend", fwd_backend_name(c));
+        cJSON_AddStringToObject(o, "device", fwd_device_name(c));
         cJSON_AddNumberToObject(t, "prompt_tokens_per_s", pp_tps);
         cJSON_AddNumberToObject(t, "generation_tokens_per_s", tg_tps);
         cJSON_AddNumberToObject(t, "prompt_ms", pp_s * 1e3);
@@ -274,8 +286,8 @@ int cmd_run(int argc, char **argv)
         cJSON_Delete(o);
     } else {
         putchar('\n');
-        fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s); finish: %s\n",
-                np, pp_s * 1e3, pp_tps, ng, tg_s * 1e3, tg_tps, finish);
+        fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s); finish: %s; backend: %s, %s\n",
+                np, pp_s * 1e3, pp_tps, ng, tg_s * 1e3, tg_tps, finish, fwd_backend_name(c), fwd_device_name(c));
     }
     rc = 0;
 done:

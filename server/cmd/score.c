@@ -14,7 +14,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: attnd score -m MODEL.gguf --tokens ID,ID,... [--top-k K] [--threads N]\n"
-               "  prints the top-K next-token log-probabilities after every prefix, as JSON\n");
+               "       [--backend auto|vulkan|cpu] [--vk-device N]\n"
+               "  prints the top-K next-token log-probabilities after every prefix, as JSON\n" CLI_BACKEND_HELP);
 }
 
 /* Writes the top k (id, logprob) of one logits row, in descending order. */
@@ -47,12 +48,15 @@ int cmd_score(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL;
     long top_k = 8, threads = 0;
+    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model_path = argv[++i];
+        } else if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
+        else if (bf) i++;
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model_path = argv[++i];
         else if (!strcmp(a, "--tokens") && v) tokens_arg = argv[++i];
         else if (!strcmp(a, "--top-k") && v) {
             if (cli_int(a, argv[++i], 1, 1000, &top_k)) return 2;
@@ -87,9 +91,11 @@ int cmd_score(int argc, char **argv)
             fprintf(stderr, "attnd score: token id %d is outside the vocabulary (%d entries)\n", toks[i], V);
             goto out;
         }
-    struct fwd_opts o = {.n_ctx = (int)n, .n_threads = (int)threads};
+    struct fwd_opts o = {.n_ctx = (int)n, .n_threads = (int)threads, .backend = (enum fwd_backend)backend,
+                         .vk_device = vk_device};
     if (fwd_create(m, &o, &c)) {
-        fprintf(stderr, "attnd score: cannot create a forward context for %zu tokens\n", n);
+        fprintf(stderr, "attnd score: cannot create a forward context for %zu tokens%s%s\n", n,
+                fwd_backend_error()[0] ? ": " : "", fwd_backend_error());
         goto out;
     }
     logits = malloc(n * (size_t)V * sizeof(float));
@@ -108,7 +114,7 @@ int cmd_score(int argc, char **argv)
         if (i) putchar(',');
         print_top(logits + i * (size_t)V, V, (int)(top_k < V ? top_k : V));
     }
-    printf("]}\n");
+    printf("],\"backend\":\"%s\",\"validation_errors\":%u}\n", fwd_backend_name(c), fwd_validation_errors(c));
     rc = 0;
 out:
     free(logits);

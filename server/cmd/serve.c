@@ -22,6 +22,7 @@
 #include "attnd/sched.h"
 #include "attnd/tensor.h"
 #include "attnd/tokenizer.h"
+#include "attnd/forward.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
@@ -70,6 +71,7 @@ static void usage(FILE *f)
             "  --host ADDR                 address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
             "  --port N                    TCP port (default 8080; 0 = pick a free one, logged at start)\n"
             "  --threads N                 compute threads (default 0 = all online CPUs)\n"
+            CLI_BACKEND_HELP
             "  --ctx N                     context per request, tokens (default 0 = min(model's, 4096))\n"
             "  --max-queue N               waiting requests before 503 (default 64)\n"
             "  --max-running N             requests batched together (default 32)\n"
@@ -122,6 +124,7 @@ int cmd_serve(int argc, char **argv)
     const char *model_path = NULL, *key_file = NULL;
     long threads = 0, n_ctx = 0, max_queue = 64, max_running = 0, n_batch = 0, kv_mib = 0, kv_blocks = 0, grace_ms = 10000, l;
     enum tensor_type kv_type = KV_TYPE_AUTO;
+    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -134,7 +137,9 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
         i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
+        if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
+        else if (bf) continue;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "--host")) hc.host = v;
         else if (!strcmp(a, "--api-key")) hc.api_key = v;
         else if (!strcmp(a, "--api-key-file")) key_file = v;
@@ -224,7 +229,8 @@ int cmd_serve(int argc, char **argv)
                                .max_running = (int)max_running,
                                .n_batch = (int)n_batch,
                                .kv_type = kv_type,
-                               .kv_mib = (size_t)kv_mib, .kv_blocks = (size_t)kv_blocks},
+                               .kv_mib = (size_t)kv_mib, .kv_blocks = (size_t)kv_blocks,
+                               .backend = backend, .vk_device = vk_device},
                         .main_thread = pthread_self()};
     pthread_t loader;
     bool loader_started = false;

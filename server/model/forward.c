@@ -19,12 +19,15 @@
 #include "attnd/forward.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "attnd/check.h"
 #include "attnd/kvcache.h"
+#include "attnd/log.h"
+#include "forward_vk.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
@@ -60,13 +63,34 @@ struct fwd_ctx {
     float *probe_q, *probe_att;
     int resid_pos;     /* residual-stream probe: position, or -1 */
     float *resid_out;
+    struct vkf *vk;    /* the Vulkan backend, or NULL: the CPU kernels */
+    char device[96];   /* "cpu (avx2)" */
 };
+
+static _Thread_local char g_backend_err[320];
+
+const char *fwd_backend_error(void) { return g_backend_err; }
+const char *fwd_backend_name(const struct fwd_ctx *c) { return c->vk ? "vulkan" : "cpu"; }
+const char *fwd_device_name(const struct fwd_ctx *c) { return c->vk ? vkf_device_name(c->vk) : c->device; }
+unsigned fwd_validation_errors(const struct fwd_ctx *c) { return c->vk ? vkf_validation_errors(c->vk) : 0; }
+
+int fwd_backend_parse(const char *s, enum fwd_backend *out)
+{
+    static const char *const names[] = {"cpu", "auto", "vulkan"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (enum fwd_backend)i;
+            return 0;
+        }
+    return -1;
+}
 
 static size_t kv_width(const struct model *m) { return (size_t)m->hp.n_head_kv * m->hp.head_dim; }
 
 void fwd_destroy(struct fwd_ctx *c)
 {
     if (!c) return;
+    vkf_destroy(c->vk);
     tpool_destroy(c->pool);
     kv_seq_destroy(c->seq);
     kv_destroy(c->kv);
@@ -94,8 +118,10 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     *out = NULL;
     struct fwd_opts o = opts ? *opts : (struct fwd_opts){0};
     const struct model_hparams *hp = &m->hp;
+    g_backend_err[0] = 0;
     if (o.n_ctx < -1 || o.n_threads < 0 || o.n_batch < 0 || o.n_threads > 256 || o.n_ctx > (1 << 22) ||
-        o.n_batch > (1 << 16) || (o.kv_type != TENSOR_F32 && o.kv_type != TENSOR_F16))
+        o.n_batch > (1 << 16) || (o.kv_type != TENSOR_F32 && o.kv_type != TENSOR_F16) ||
+        (unsigned)o.backend > FWD_BACKEND_VULKAN || o.vk_device < 0 || o.vk_device > 64)
         return ATTND_ERR_INVALID;
     if (o.n_ctx == 0) o.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (o.n_threads == 0) {
@@ -148,6 +174,18 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
         double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
         if (m->rope_freqs) f /= m->rope_freqs[i];
         c->rope_inv_freq[i] = f;
+    }
+    snprintf(c->device, sizeof c->device, "cpu (%s)", cpu_isa_name(cpu_kernels_init()));
+    if (o.backend != FWD_BACKEND_CPU) {
+        const int dev = o.vk_device - 1; /* -1: the best device */
+        char why[256];
+        st = vkf_create(m, dev, o.n_batch, c->rope_inv_freq, o.backend == FWD_BACKEND_AUTO, &c->vk, why, sizeof why);
+        if (st) {
+            snprintf(g_backend_err, sizeof g_backend_err, "%s", why);
+            if (o.backend == FWD_BACKEND_VULKAN) goto fail;
+            log_info("backend auto: using the CPU kernels (%s)", why);
+            st = ATTND_OK;
+        }
     }
     *out = c;
     return ATTND_OK;
@@ -375,9 +413,15 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
         for (int k = 0; k < seqs[i].n; k++, t++) {
             c->pos[t] = pos0 + k;
             const struct model_weight *e = &m->tok_embd;
-            cpu_dequant_row(e->type, (const char *)e->data + (size_t)seqs[i].tokens[k] * e->row_bytes,
+            if (!c->vk)
+                cpu_dequant_row(e->type, (const char *)e->data + (size_t)seqs[i].tokens[k] * e->row_bytes,
                             c->x + (size_t)t * d, d);
         }
+    }
+    if (c->vk) {
+        const struct vkf_probe pr = {.layer = c->probe_layer, .q = c->probe_q, .att = c->probe_att,
+                                     .resid_pos = c->resid_pos, .resid = c->resid_out};
+        return vkf_eval_batch(c->vk, kv, seqs, n_seqs, T, c->pos, &pr);
     }
     struct fa2_args fa = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
                           .kv_type = kv_type(kv), .block_stride = kv_block_stride(kv),

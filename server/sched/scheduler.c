@@ -455,7 +455,10 @@ static attnd_status ensure_attn_fwd(struct sched *s)
     const struct model_hparams *hp = &s->m->hp;
     const size_t nq = (size_t)hp->n_head * hp->head_dim;
     if (s->attn_fwd) return ATTND_OK;
-    struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads, .kv_type = s->o.kv_type};
+    /* the backend the step context resolved to (auto already decided there) */
+    const bool vk = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0;
+    struct fwd_opts fo = {.n_ctx = s->o.n_ctx, .n_threads = s->o.n_threads, .kv_type = s->o.kv_type,
+                          .backend = vk ? FWD_BACKEND_VULKAN : FWD_BACKEND_CPU, .vk_device = s->o.vk_device};
     attnd_status st = fwd_create(s->m, &fo, &s->attn_fwd);
     if (st) return st;
     s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
@@ -587,11 +590,13 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     }
     /* the pool must hold at least one full-context request */
     if (blocks < kv_blocks_for_tokens((size_t)s->o.n_ctx)) blocks = kv_blocks_for_tokens((size_t)s->o.n_ctx);
+    struct fwd_opts fo = {.n_ctx = -1, .n_threads = s->o.n_threads, .n_batch = s->o.n_batch,
+                          .backend = (enum fwd_backend)s->o.backend, .vk_device = s->o.vk_device};
+    if ((st = fwd_create(m, &fo, &s->fwd))) goto fail;
     struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, blocks);
     ko.type = s->o.kv_type;
+    ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
     if ((st = kv_create(&ko, &s->kv))) goto fail;
-    struct fwd_opts fo = {.n_ctx = -1, .n_threads = s->o.n_threads, .n_batch = s->o.n_batch};
-    if ((st = fwd_create(m, &fo, &s->fwd))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
     s->piece_cap = tok_max_piece(tok) + 16;
     s->piece = malloc(s->piece_cap);
@@ -783,6 +788,9 @@ void sched_get_stats(struct sched *s, struct sched_stats *st)
     st->kv_bytes_capacity = (uint64_t)st->kv_blocks_total *
                             kv_bytes_per_block(hp->n_layer, hp->n_head_kv, hp->head_dim, s->o.kv_type);
 }
+
+const char *sched_backend(const struct sched *s) { return fwd_backend_name(s->fwd); }
+const char *sched_device(const struct sched *s) { return fwd_device_name(s->fwd); }
 
 int sched_n_ctx(const struct sched *s) { return s->o.n_ctx; }
 

@@ -1,0 +1,554 @@
+/* forward_vk.c - one forward step on a Vulkan device (see forward_vk.h). */
+#include "forward_vk.h"
+
+#include <stdio.h>
+
+#ifdef ATTND_VKF_READY
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/kvcache.h"
+#include "attnd/log.h"
+#include "kernels/cpu/fa2.h"
+#include "kernels/vulkan/vk_device.h"
+#include "kernels/vulkan/vk_fa2.h"
+#include "kernels/vulkan/vk_ops.h"
+
+#define MAX_WEIGHTS 4096
+#define LAYERS_PER_BATCH 48 /* a step's dispatches are submitted in batches of this many layers */
+
+/* ---- the engine: device, pipelines and weights of one (model, device) -------------------------- */
+
+struct dev_weight {
+    const void *host; /* the host data it was uploaded from (tied output == embedding: one upload) */
+    struct vkb_buffer *buf;
+};
+
+struct engine {
+    struct engine *next;
+    const struct model *m;
+    int device_index;
+    int refs;
+    pthread_mutex_t lock; /* one step (or upload) at a time on the device */
+    struct vkb_device *dev;
+    struct vkb_ops *ops;
+    struct vkb_fa2 *fa2;
+    struct dev_weight w[MAX_WEIGHTS];
+    int n_w;
+    struct vkb_buffer *f32; /* the model's 1-D tensors (norm weights, biases): f32_arena */
+};
+
+static pthread_mutex_t g_engines_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct engine *g_engines;
+
+static void engine_free(struct engine *e)
+{
+    if (!e) return;
+    for (int i = 0; i < e->n_w; i++) vkb_buffer_destroy(e->dev, e->w[i].buf);
+    vkb_buffer_destroy(e->dev, e->f32);
+    vkb_fa2_destroy(e->fa2);
+    vkb_ops_destroy(e->ops);
+    vkb_device_destroy(e->dev);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+static struct vkb_buffer *weight_buf(const struct engine *e, const struct model_weight *w)
+{
+    for (int i = 0; i < e->n_w; i++)
+        if (e->w[i].host == w->data) return e->w[i].buf;
+    return NULL;
+}
+
+static attnd_status upload_weight(struct engine *e, const struct model_weight *w)
+{
+    if (weight_buf(e, w)) return ATTND_OK;
+    if (e->n_w == MAX_WEIGHTS) return ATTND_ERR_RANGE;
+    const size_t bytes = w->n_out * w->row_bytes;
+    struct vkb_buffer *b;
+    attnd_status st = vkb_buffer_create(e->dev, (bytes + 3) & ~(size_t)3, &b);
+    if (st) return st;
+    if ((st = vkb_buffer_write(e->dev, b, 0, w->data, bytes))) {
+        vkb_buffer_destroy(e->dev, b);
+        return st;
+    }
+    e->w[e->n_w++] = (struct dev_weight){w->data, b};
+    return ATTND_OK;
+}
+
+static int add_type(enum tensor_type *types, int n, enum tensor_type t)
+{
+    for (int i = 0; i < n; i++)
+        if (types[i] == t) return n;
+    types[n] = t;
+    return n + 1;
+}
+
+static attnd_status engine_open(const struct model *m, int device_index, bool need_gpu, struct engine **out, char *why,
+                                size_t why_n)
+{
+    struct engine *e = calloc(1, sizeof *e);
+    if (!e) return ATTND_ERR_NOMEM;
+    pthread_mutex_init(&e->lock, NULL);
+    e->m = m;
+    e->device_index = device_index;
+    const struct vkb_device_opts o = {.device_index = device_index, .validation = -1, .timestamps = 0};
+    attnd_status st;
+    const char *what = "device";
+    if ((st = vkb_device_create(&o, &e->dev))) goto fail;
+    if (need_gpu && vkb_device_limits(e->dev)->is_cpu) {
+        snprintf(why, why_n, "the only Vulkan device is a CPU device (%s)", vkb_device_limits(e->dev)->name);
+        engine_free(e);
+        return ATTND_ERR_UNSUPPORTED;
+    }
+    log_info("vulkan: %s", vkb_device_limits(e->dev)->name);
+    what = "pipelines";
+    if ((st = vkb_ops_create(e->dev, &e->ops)) || (st = vkb_fa2_create(e->dev, &e->fa2))) goto fail;
+    enum tensor_type types[8];
+    int nt = 0;
+    nt = add_type(types, nt, m->tok_embd.type);
+    nt = add_type(types, nt, m->output.type);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) nt = add_type(types, nt, ws[i]->type);
+    }
+    if ((st = vkb_ops_prepare(e->ops, types, nt))) goto fail;
+    what = "weights";
+    if ((st = upload_weight(e, &m->tok_embd)) || (st = upload_weight(e, &m->output))) goto fail;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if ((st = upload_weight(e, ws[i]))) goto fail;
+    }
+    if ((st = vkb_buffer_create(e->dev, (m->f32_count ? m->f32_count : 1) * sizeof(float), &e->f32)) ||
+        (st = vkb_buffer_write(e->dev, e->f32, 0, m->f32_arena, m->f32_count * sizeof(float))))
+        goto fail;
+    *out = e;
+    return ATTND_OK;
+fail:
+    snprintf(why, why_n, "Vulkan %s: %s (%s)", what, vkb_last_error()[0] ? vkb_last_error() : "failed",
+             attnd_status_str(st));
+    engine_free(e);
+    return st;
+}
+
+static attnd_status engine_get(const struct model *m, int device_index, bool need_gpu, struct engine **out, char *why,
+                               size_t why_n)
+{
+    pthread_mutex_lock(&g_engines_lock);
+    struct engine *e = g_engines;
+    while (e && (e->m != m || e->device_index != device_index)) e = e->next;
+    attnd_status st = ATTND_OK;
+    if (e && need_gpu && vkb_device_limits(e->dev)->is_cpu) {
+        snprintf(why, why_n, "the only Vulkan device is a CPU device (%s)", vkb_device_limits(e->dev)->name);
+        st = ATTND_ERR_UNSUPPORTED;
+    } else if (!e && !(st = engine_open(m, device_index, need_gpu, &e, why, why_n))) {
+        e->next = g_engines;
+        g_engines = e;
+    }
+    if (e && !st) e->refs++;
+    pthread_mutex_unlock(&g_engines_lock);
+    *out = st ? NULL : e;
+    return st;
+}
+
+static void engine_put(struct engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&g_engines_lock);
+    if (--e->refs == 0) {
+        struct engine **pp = &g_engines;
+        while (*pp != e) pp = &(*pp)->next;
+        *pp = e->next;
+    } else {
+        e = NULL;
+    }
+    pthread_mutex_unlock(&g_engines_lock);
+    engine_free(e);
+}
+
+/* ---- a context ------------------------------------------------------------------------------ */
+
+struct dev_pools {
+    const struct kv_cache *kv;
+    size_t n_blocks, stride;
+    struct vkb_buffer **k, **v; /* (n_layer) */
+};
+
+struct vkf {
+    struct engine *e;
+    const struct model *m;
+    int n_batch;
+    double *inv_freq;
+    /* activations, n_batch rows */
+    struct vkb_buffer *x, *h, *q, *k, *v, *att, *gate, *up;
+    /* per-step tables: tokens, KV slots, logit rows, identity rows, resid row; cos/sin */
+    struct vkb_buffer *idx, *cs;
+    int32_t *idx_host;
+    float *cs_host;
+    struct vkb_buffer *rows, *logits; /* gathered rows (r, d) and their logits (r, V), grown */
+    size_t logit_rows;
+    struct vkb_buffer *probe_q, *probe_att, *probe_resid;
+    float *tmp; /* host copy of probe rows */
+    struct vkb_fa2_plan *plan;
+    struct fa2_seq *fseqs;
+    struct dev_pools pools[2];
+};
+
+/* idx layout: [0, B) tokens | [B, 2B) KV slots | [2B, 3B) logit rows | [3B, 4B) identity | 4B: resid row */
+#define IDX_TOK(B) 0
+#define IDX_SLOT(B) ((size_t)(B))
+#define IDX_ROWS(B) (2 * (size_t)(B))
+#define IDX_IDENT(B) (3 * (size_t)(B))
+#define IDX_RESID(B) (4 * (size_t)(B))
+
+const char *vkf_device_name(const struct vkf *v) { return vkb_device_limits(v->e->dev)->name; }
+bool vkf_device_is_cpu(const struct vkf *v) { return vkb_device_limits(v->e->dev)->is_cpu != 0; }
+unsigned vkf_validation_errors(const struct vkf *v) { return vkb_validation_errors(v->e->dev); }
+
+static void pools_free(struct vkf *v, struct dev_pools *p)
+{
+    if (p->k)
+        for (int l = 0; l < v->m->hp.n_layer; l++) {
+            vkb_buffer_destroy(v->e->dev, p->k[l]);
+            vkb_buffer_destroy(v->e->dev, p->v[l]);
+        }
+    free(p->k);
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+void vkf_destroy(struct vkf *v)
+{
+    if (!v) return;
+    if (v->e) {
+        struct vkb_device *d = v->e->dev;
+        pthread_mutex_lock(&v->e->lock);
+        for (int i = 0; i < 2; i++) pools_free(v, &v->pools[i]);
+        struct vkb_buffer *bufs[] = {v->x,    v->h,    v->q,    v->k,      v->v,       v->att,       v->gate,
+                                     v->up,   v->idx,  v->cs,   v->rows,   v->logits,  v->probe_q,   v->probe_att,
+                                     v->probe_resid};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vkb_buffer_destroy(d, bufs[i]);
+        vkb_fa2_plan_destroy(v->plan);
+        pthread_mutex_unlock(&v->e->lock);
+        engine_put(v->e);
+    }
+    free(v->inv_freq);
+    free(v->idx_host);
+    free(v->cs_host);
+    free(v->tmp);
+    free(v->fseqs);
+    free(v);
+}
+
+static attnd_status mkbuf(struct vkf *v, size_t floats, struct vkb_buffer **b)
+{
+    return vkb_buffer_create(v->e->dev, (floats ? floats : 1) * sizeof(float), b);
+}
+
+attnd_status vkf_create(const struct model *m, int device_index, int n_batch, const double *rope_inv_freq,
+                        bool need_gpu, struct vkf **out, char *why, size_t why_n)
+{
+    *out = NULL;
+    if (why_n) why[0] = 0;
+    const struct model_hparams *hp = &m->hp;
+    struct vkf *v = calloc(1, sizeof *v);
+    if (!v) return ATTND_ERR_NOMEM;
+    v->m = m;
+    v->n_batch = n_batch;
+    attnd_status st = engine_get(m, device_index, need_gpu, &v->e, why, why_n);
+    if (st) {
+        free(v);
+        return st;
+    }
+    const size_t B = (size_t)n_batch, d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim,
+                 nkv = (size_t)hp->n_head_kv * hp->head_dim, ff = (size_t)hp->n_ff, half = (size_t)hp->n_rot / 2;
+    v->inv_freq = malloc((half + 1) * sizeof(double));
+    v->idx_host = malloc((4 * B + 1) * sizeof(int32_t));
+    v->cs_host = malloc((B * half * 2 + 1) * sizeof(float));
+    v->tmp = malloc(B * (nq > d ? nq : d) * sizeof(float) + (size_t)hp->n_layer * d * sizeof(float));
+    v->fseqs = malloc(B * sizeof *v->fseqs);
+    if (!v->inv_freq || !v->idx_host || !v->cs_host || !v->tmp || !v->fseqs) {
+        st = ATTND_ERR_NOMEM;
+        goto fail;
+    }
+    memcpy(v->inv_freq, rope_inv_freq, half * sizeof(double));
+    pthread_mutex_lock(&v->e->lock);
+    if ((st = mkbuf(v, B * d, &v->x)) || (st = mkbuf(v, B * (d > nq ? d : nq), &v->h)) ||
+        (st = mkbuf(v, B * nq, &v->q)) || (st = mkbuf(v, B * nkv, &v->k)) || (st = mkbuf(v, B * nkv, &v->v)) ||
+        (st = mkbuf(v, B * nq, &v->att)) || (st = mkbuf(v, B * ff, &v->gate)) || (st = mkbuf(v, B * ff, &v->up)) ||
+        (st = mkbuf(v, 4 * B + 1, &v->idx)) || (st = mkbuf(v, B * half * 2, &v->cs)) ||
+        (st = vkb_fa2_plan_create(v->e->fa2, &v->plan)))
+        snprintf(why, why_n, "Vulkan buffers: %s", vkb_last_error());
+    pthread_mutex_unlock(&v->e->lock);
+    if (st) goto fail;
+    *out = v;
+    return ATTND_OK;
+fail:
+    vkf_destroy(v);
+    return st;
+}
+
+/* The device pools of kv (made on first use; at most two caches per context: its private one
+ * and the scheduler's shared one). */
+static attnd_status get_pools(struct vkf *v, struct kv_cache *kv, struct dev_pools **out)
+{
+    struct dev_pools *free_slot = NULL;
+    for (int i = 0; i < 2; i++) {
+        struct dev_pools *p = &v->pools[i];
+        if (p->kv == kv && p->n_blocks == kv_n_blocks(kv) && p->stride == kv_block_stride(kv)) {
+            *out = p;
+            return ATTND_OK;
+        }
+        if (p->kv == kv) pools_free(v, p); /* same address, different cache: rebuild */
+        if (!p->kv && !free_slot) free_slot = p;
+    }
+    if (!free_slot) { /* a third cache: drop the older entry */
+        pools_free(v, &v->pools[1]);
+        free_slot = &v->pools[1];
+    }
+    struct dev_pools *p = free_slot;
+    const int L = v->m->hp.n_layer;
+    p->k = calloc((size_t)L, sizeof *p->k);
+    p->v = calloc((size_t)L, sizeof *p->v);
+    if (!p->k || !p->v) {
+        pools_free(v, p);
+        return ATTND_ERR_NOMEM;
+    }
+    const size_t bytes = kv_n_blocks(kv) * kv_block_stride(kv);
+    attnd_status st = ATTND_OK;
+    for (int l = 0; l < L && !st; l++)
+        if (!(st = vkb_buffer_create(v->e->dev, bytes, &p->k[l]))) st = vkb_buffer_create(v->e->dev, bytes, &p->v[l]);
+    if (st) {
+        pools_free(v, p);
+        return st;
+    }
+    p->kv = kv;
+    p->n_blocks = kv_n_blocks(kv);
+    p->stride = kv_block_stride(kv);
+    *out = p;
+    return ATTND_OK;
+}
+
+static attnd_status grow(struct vkf *v, struct vkb_buffer **b, size_t floats)
+{
+    if (*b && vkb_buffer_size(*b) >= floats * sizeof(float)) return ATTND_OK;
+    vkb_buffer_destroy(v->e->dev, *b);
+    *b = NULL;
+    return mkbuf(v, floats, b);
+}
+
+/* Offset in floats of a 1-D model tensor inside the uploaded f32 arena. */
+static size_t f32_off(const struct model *m, const float *p) { return (size_t)(p - m->f32_arena); }
+
+static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_pools *P, const struct vkf_probe *probe,
+                                 int resid_row)
+{
+    const struct model *m = v->m;
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *L = &m->layers[l];
+    struct engine *e = v->e;
+    struct vkb_ops *o = e->ops;
+    struct vkb_device *d = e->dev;
+    const uint32_t D = (uint32_t)hp->n_embd, NQ = (uint32_t)(hp->n_head * hp->head_dim), FF = (uint32_t)hp->n_ff,
+                   t = (uint32_t)T;
+    const size_t B = (size_t)v->n_batch;
+    attnd_status st;
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (x))) return st;                                                                                     \
+    } while (0)
+#define MM(W, X, Y, BIAS)                                                                                              \
+    vkb_op_matmul(o, (W)->type, weight_buf(e, (W)), 0, (W)->row_bytes, (uint32_t)(W)->n_in, (uint32_t)(W)->n_out, X, 0, \
+                  t, (BIAS) ? e->f32 : NULL, (BIAS) ? f32_off(m, (BIAS)) : 0, Y, 0)
+    TRY(vkb_op_rmsnorm(o, v->x, 0, e->f32, f32_off(m, L->attn_norm), v->h, 0, t, D, hp->rms_eps));
+    vkb_barrier(d);
+    TRY(MM(&L->wq, v->h, v->q, L->bq));
+    TRY(MM(&L->wk, v->h, v->k, L->bk));
+    TRY(MM(&L->wv, v->h, v->v, L->bv));
+    vkb_barrier(d);
+    TRY(vkb_op_rope(o, v->q, 0, v->cs, 0, t, (uint32_t)hp->n_head, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
+                    hp->rope_neox));
+    TRY(vkb_op_rope(o, v->k, 0, v->cs, 0, t, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
+                    hp->rope_neox));
+    vkb_barrier(d);
+    const uint32_t stride_el = (uint32_t)(P->stride / (kv_type(P->kv) == TENSOR_F16 ? 2 : 4));
+    const int f16 = kv_type(P->kv) == TENSOR_F16;
+    TRY(vkb_op_kv_write(o, v->k, 0, v->idx, IDX_SLOT(B), t, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, P->k[l],
+                        stride_el, f16));
+    TRY(vkb_op_kv_write(o, v->v, 0, v->idx, IDX_SLOT(B), t, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, P->v[l],
+                        stride_el, f16));
+    if (probe && probe->layer == l && probe->q)
+        TRY(vkb_op_get_rows(o, TENSOR_F32, v->q, 0, (size_t)NQ * 4, v->idx, IDX_IDENT(B), t, NQ, v->probe_q, 0));
+    vkb_barrier(d);
+    TRY(vkb_fa2_record(v->plan, v->q, 0, P->k[l], P->v[l], v->att, 0));
+    vkb_barrier(d);
+    if (probe && probe->layer == l && probe->att)
+        TRY(vkb_op_get_rows(o, TENSOR_F32, v->att, 0, (size_t)NQ * 4, v->idx, IDX_IDENT(B), t, NQ, v->probe_att, 0));
+    TRY(MM(&L->wo, v->att, v->h, (const float *)NULL));
+    vkb_barrier(d);
+    TRY(vkb_op_add(o, v->x, 0, v->h, 0, t * D));
+    vkb_barrier(d);
+    TRY(vkb_op_rmsnorm(o, v->x, 0, e->f32, f32_off(m, L->ffn_norm), v->h, 0, t, D, hp->rms_eps));
+    vkb_barrier(d);
+    TRY(MM(&L->w_gate, v->h, v->gate, (const float *)NULL));
+    TRY(MM(&L->w_up, v->h, v->up, (const float *)NULL));
+    vkb_barrier(d);
+    TRY(vkb_op_swiglu(o, v->gate, 0, v->up, 0, t * FF));
+    vkb_barrier(d);
+    TRY(MM(&L->w_down, v->gate, v->h, (const float *)NULL));
+    vkb_barrier(d);
+    TRY(vkb_op_add(o, v->x, 0, v->h, 0, t * D));
+    vkb_barrier(d);
+    if (resid_row >= 0)
+        TRY(vkb_op_get_rows(o, TENSOR_F32, v->x, 0, (size_t)D * 4, v->idx, IDX_RESID(B), 1, D, v->probe_resid,
+                            (size_t)l * D));
+#undef MM
+#undef TRY
+    return ATTND_OK;
+}
+
+attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs, int T,
+                            const int32_t *pos, const struct vkf_probe *probe)
+{
+    const struct model *m = v->m;
+    const struct model_hparams *hp = &m->hp;
+    struct engine *e = v->e;
+    struct vkb_device *d = e->dev;
+    const size_t B = (size_t)v->n_batch, D = (size_t)hp->n_embd, V = (size_t)hp->n_vocab,
+                 nq = (size_t)hp->n_head * hp->head_dim, half = (size_t)hp->n_rot / 2;
+    attnd_status st;
+    pthread_mutex_lock(&e->lock);
+    struct dev_pools *P;
+    if ((st = get_pools(v, kv, &P))) goto out;
+
+    /* host tables: tokens, KV slots, logit rows, identity, cos/sin */
+    int32_t *ih = v->idx_host;
+    size_t n_rows = 0;
+    int resid_row = -1;
+    for (int i = 0, t = 0; i < n_seqs; i++) {
+        const int32_t *bt = kv_seq_block_table(seqs[i].kv);
+        const int pos0 = pos[t];
+        v->fseqs[i] = (struct fa2_seq){.n_q = seqs[i].n, .pos0 = pos0, .block_table = bt};
+        const int first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
+        for (int k = 0; k < seqs[i].n; k++, t++) {
+            ih[IDX_TOK(B) + (size_t)t] = seqs[i].tokens[k];
+            ih[IDX_SLOT(B) + (size_t)t] = bt[pos[t] / KV_BLOCK_SIZE] * KV_BLOCK_SIZE + pos[t] % KV_BLOCK_SIZE;
+            ih[IDX_IDENT(B) + (size_t)t] = t;
+            if (seqs[i].logits && k >= first) ih[IDX_ROWS(B) + n_rows++] = t;
+            if (probe && probe->resid && pos[t] == probe->resid_pos) resid_row = t;
+            for (size_t j = 0; j < half; j++) {
+                const double th = (double)pos[t] * v->inv_freq[j];
+                v->cs_host[((size_t)t * half + j) * 2] = (float)cos(th);
+                v->cs_host[((size_t)t * half + j) * 2 + 1] = (float)sin(th);
+            }
+        }
+    }
+    ih[IDX_RESID(B)] = resid_row;
+    if ((st = vkb_buffer_write(d, v->idx, 0, ih, (4 * B + 1) * sizeof(int32_t))) ||
+        (st = vkb_buffer_write(d, v->cs, 0, v->cs_host, (size_t)T * half * 2 * sizeof(float))))
+        goto out;
+    if (n_rows && ((st = grow(v, &v->rows, n_rows * D)) || (st = grow(v, &v->logits, n_rows * V)))) goto out;
+    const bool pq = probe && probe->layer >= 0 && probe->q, pa = probe && probe->layer >= 0 && probe->att;
+    if ((pq && (st = grow(v, &v->probe_q, B * nq))) || (pa && (st = grow(v, &v->probe_att, B * nq))) ||
+        (resid_row >= 0 && (st = grow(v, &v->probe_resid, (size_t)hp->n_layer * D))))
+        goto out;
+
+    /* attention plan: the same for every layer */
+    int n_decode = 0;
+    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n == 1;
+    const int target = vkb_device_limits(d)->is_cpu ? 8 : 256; /* workgroups wanted per decode dispatch */
+    int n_split = n_decode ? target / (n_decode * hp->n_head_kv) : 1;
+    if (n_split < 1) n_split = 1;
+    const struct fa2_args fa = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                .kv_type = kv_type(kv), .block_stride = kv_block_stride(kv),
+                                .n_blocks = (int)kv_n_blocks(kv), .scale = 1.0f / sqrtf((float)hp->head_dim),
+                                .seqs = v->fseqs, .n_seqs = n_seqs, .n_split = n_split};
+    if ((st = vkb_fa2_plan_build(v->plan, &fa))) goto out;
+
+    /* record and submit: embed, layers, logits */
+    if ((st = vkb_begin(d))) goto out;
+    st = vkb_op_get_rows(e->ops, m->tok_embd.type, weight_buf(e, &m->tok_embd), 0, m->tok_embd.row_bytes, v->idx,
+                         IDX_TOK(B), (uint32_t)T, (uint32_t)D, v->x, 0);
+    vkb_barrier(d);
+    for (int l = 0; l < hp->n_layer && !st; l++) {
+        st = record_layer(v, l, T, P, probe, resid_row);
+        if (!st && (l + 1) % LAYERS_PER_BATCH == 0 && l + 1 < hp->n_layer) {
+            if ((st = vkb_submit_wait(d, NULL)) || (st = vkb_begin(d))) goto out;
+        }
+    }
+    if (!st && n_rows) {
+        st = vkb_op_get_rows(e->ops, TENSOR_F32, v->x, 0, D * 4, v->idx, IDX_ROWS(B), (uint32_t)n_rows, (uint32_t)D,
+                             v->rows, 0);
+        vkb_barrier(d);
+        if (!st)
+            st = vkb_op_rmsnorm(e->ops, v->rows, 0, e->f32, f32_off(m, m->output_norm), v->rows, 0, (uint32_t)n_rows,
+                                (uint32_t)D, hp->rms_eps);
+        vkb_barrier(d);
+        const struct model_weight *W = &m->output;
+        if (!st)
+            st = vkb_op_matmul(e->ops, W->type, weight_buf(e, W), 0, W->row_bytes, (uint32_t)W->n_in,
+                               (uint32_t)W->n_out, v->rows, 0, (uint32_t)n_rows, NULL, 0, v->logits, 0);
+    }
+    {
+        attnd_status st2 = vkb_submit_wait(d, NULL); /* always: the batch must leave the recording state */
+        if (!st) st = st2;
+    }
+    if (st) goto out;
+
+    /* downloads: logits, probes */
+    for (int i = 0, r = 0; i < n_seqs; i++) {
+        if (!seqs[i].logits) continue;
+        const size_t rows = seqs[i].all_logits ? (size_t)seqs[i].n : 1;
+        if ((st = vkb_buffer_read(d, v->logits, (size_t)r * V * 4, seqs[i].logits, rows * V * 4))) goto out;
+        r += (int)rows;
+    }
+    if (pq || pa) {
+        for (int which = 0; which < 2; which++) {
+            float *dst = which ? (pa ? probe->att : NULL) : (pq ? probe->q : NULL);
+            if (!dst) continue;
+            if ((st = vkb_buffer_read(d, which ? v->probe_att : v->probe_q, 0, v->tmp, (size_t)T * nq * 4))) goto out;
+            for (int t = 0; t < T; t++)
+                memcpy(dst + (size_t)pos[t] * nq, v->tmp + (size_t)t * nq, nq * sizeof(float));
+        }
+        /* the host pools of that layer, for fwd_attention_weights / fwd_cache_v */
+        void *hk = kv_k_base(kv, probe->layer), *hv = kv_v_base(kv, probe->layer);
+        const size_t bytes = kv_n_blocks(kv) * kv_block_stride(kv);
+        if (hk && ((st = vkb_buffer_read(d, P->k[probe->layer], 0, hk, bytes)) ||
+                   (st = vkb_buffer_read(d, P->v[probe->layer], 0, hv, bytes))))
+            goto out;
+    }
+    if (resid_row >= 0 && (st = vkb_buffer_read(d, v->probe_resid, 0, probe->resid, (size_t)hp->n_layer * D * 4)))
+        goto out;
+    for (int i = 0; i < n_seqs; i++) kv_seq_commit(seqs[i].kv, kv_seq_len(seqs[i].kv));
+out:
+    if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+#else /* TEMPORARY while the ops land: no Vulkan forward */
+attnd_status vkf_create(const struct model *m, int device_index, int n_batch, const double *rope_inv_freq,
+                        bool need_gpu, struct vkf **out, char *why, size_t why_n)
+{
+    *out = NULL;
+    snprintf(why, why_n, "the Vulkan forward pass is not built");
+    return ATTND_ERR_UNSUPPORTED;
+}
+void vkf_destroy(struct vkf *v) { (void)v; }
+const char *vkf_device_name(const struct vkf *v) { return ""; }
+bool vkf_device_is_cpu(const struct vkf *v) { return false; }
+unsigned vkf_validation_errors(const struct vkf *v) { return 0; }
+attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs, int T,
+                            const int32_t *pos, const struct vkf_probe *probe)
+{
+    return ATTND_ERR_UNSUPPORTED;
+}
+#endif
