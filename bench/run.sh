@@ -26,6 +26,12 @@ echo
 echo "Reference engine on this machine (2 threads): q8_0 pp128 370, tg 59; f16 pp128 417, tg 49 tokens/s."
 for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] && [ "${b%.d}" = "$b" ] || continue
-  case $(basename "$b") in bench_model|bench_sched) ;; *) echo; "$b";; esac
+  case $(basename "$b") in
+    bench_model|bench_sched) ;;
+    # FA2 on the Vulkan device present (lavapipe here: about 2-3 min from a cold shader cache)
+    # beside the CPU kernel on $THREADS threads
+    bench_vk_fa2) echo; THREADS=$THREADS "$b";;
+    *) echo; "$b";;
+  esac
 done
 "$BUILD/bench/bench_sched" "$MODELS/qwen2.5-0.5b-shape-q8_0.gguf" "$THREADS" "qwen2.5-0.5b-shape q8_0"

@@ -35,7 +35,8 @@ layout(push_constant) uniform Push {
     uint block_stride; /* elements from one physical block to the next */
     uint n_items;
     float scale;
-    uint pad0, pad1;
+    uint q_off;        /* elements: start of q in qbuf */
+    uint out_off;      /* elements: start of out in obuf (prefill) */
 } pc;
 
 layout(std430, binding = 0) readonly buffer Qb { float qbuf[]; };
@@ -88,7 +89,7 @@ void main()
 
     for (uint i = tid; i < ROWS * D; i += WG) {
         uint R = row0 + i / D, d = i % D;
-        q_sh[i] = R < n_rows ? qbuf[q_off + ((R / G) * pc.n_head + kvh * G + R % G) * D + d] : 0.0;
+        q_sh[i] = R < n_rows ? qbuf[pc.q_off + q_off + ((R / G) * pc.n_head + kvh * G + R % G) * D + d] : 0.0;
     }
 
     const uint r = tid / TPR, lane = tid % TPR, R = row0 + r;
@@ -160,7 +161,7 @@ void main()
     }
 #else
     const float inv = l > 0.0 ? 1.0 / l : 0.0;
-    const uint base = q_off + ((R / G) * pc.n_head + kvh * G + R % G) * D;
+    const uint base = pc.out_off + q_off + ((R / G) * pc.n_head + kvh * G + R % G) * D;
     [[unroll]] for (uint j = 0u; j < NJ; j++) {
         uint d = lane + TPR * j;
         if (d < D) obuf[base + d] = o[j] * inv;

@@ -10,7 +10,7 @@ layout(push_constant) uniform Push {
     uint n_head;
     uint n_head_kv;
     uint n_items;
-    uint pad0;
+    uint out_off; /* elements: start of out in obuf */
 } pc;
 
 /* per item: q_off (floats into out), slot0, n_parts */
@@ -41,6 +41,6 @@ void main()
             uint base = (((slot0 + p) * pc.n_head_kv + kvh) * G + g) * (D + 2u);
             acc += part[base + d] * exp(part[base + D] - M);
         }
-        obuf[q_off + h * D + d] = acc * inv;
+        obuf[pc.out_off + q_off + h * D + d] = acc * inv;
     }
 }

@@ -57,5 +57,19 @@ void vkb_fa2_plan_destroy(struct vkb_fa2_plan *p); /* NULL: no-op */
 attnd_status vkb_fa2_plan_build(struct vkb_fa2_plan *p, const struct fa2_args *a);
 attnd_status vkb_fa2_record(struct vkb_fa2_plan *p, struct vkb_buffer *q, size_t q_off, struct vkb_buffer *k,
                             struct vkb_buffer *v, struct vkb_buffer *out, size_t out_off);
+/* vkb_fa2_record returns ATTND_ERR_INVALID without recording anything when the plan was not built
+ * (or its last build failed), a buffer is NULL, q or out is too small for the plan's rows at
+ * q_off / out_off (or an offset does not fit 32 bits), or k or v is smaller than the plan's pools;
+ * else the status of vkb_dispatch (ATTND_ERR_INVALID outside a batch, ATTND_ERR_RANGE when the
+ * batch is full). It records at most three dispatches and one barrier; any number of records of
+ * one plan may go into one batch (one per layer). vkb_fa2_plan_build may be called again for the
+ * next step once that batch was waited for; its buffers only grow. A plan may be destroyed only
+ * when no batch that uses it is in flight.
+ *
+ * Shaders: on a CPU device (lavapipe) fa2_lanes.comp when head_dim and the block stride (in
+ * elements) are multiples of 8, else and on GPUs the shared-memory tile shaders
+ * (fa2_prefill/fa2_decode.comp); $ATTND_VK_FA2_TILES=1 at vkb_fa2_create() forces the tile
+ * shaders. Pipelines are compiled in vkb_fa2_plan_build (on lavapipe seconds per new head_dim /
+ * group size / pool type) and cached in the vkb_fa2. */
 
 #endif

@@ -17,7 +17,19 @@
  * Pipelines are built lazily on first use and cached in the struct vkb_ops (one per shader and
  * specialisation). Errors: ATTND_ERR_INVALID for bad arguments (unsupported type, zero sizes,
  * an operand that does not fit its buffer), ATTND_ERR_RANGE for a dispatch over a device limit,
- * other statuses from vk_device.h (message in vkb_last_error()). Not thread-safe per ops. */
+ * other statuses from vk_device.h (message in vkb_last_error()). Not thread-safe per ops.
+ *
+ * Clarifications (vk_ops.c):
+ *   - Shaders read weights as 32-bit words: the bytes of a weight operand, rounded up to a whole
+ *     word, must lie inside its buffer (pad odd-sized Q8_0/Q4_0 tensors to a multiple of 4).
+ *     F32 weights need w_off and row_bytes multiples of 4, F16/BF16 multiples of 2; Q8_0/Q4_0
+ *     may start at any byte. row_bytes >= the row's size. Otherwise ATTND_ERR_INVALID.
+ *   - Offsets and counts travel as 32-bit values: off + count < 2^32 elements (always true for
+ *     buffers within maxStorageBufferRange).
+ *   - Loop trip counts per shader invocation stay far below lavapipe's limit; sizes past what
+ *     the shaders allow for that are ATTND_ERR_RANGE: matmul n_in > 131072, rmsnorm d > 2^20.
+ *   - Outputs must not alias inputs, except where an op says so (rmsnorm out == x; the in-place
+ *     ops). */
 #ifndef ATTND_VK_OPS_H
 #define ATTND_VK_OPS_H
 
@@ -40,7 +52,8 @@ attnd_status vkb_ops_prepare(struct vkb_ops *ops, const enum tensor_type *types,
 
 /* dst[i, 0..d) = dequantised row idx[idx_off + i] of the table src (rows of d elements of type
  * `type`, row_bytes apart, starting at byte src_off), for i < n. Embedding lookup, and with an
- * F32 table the gathering of residual-stream rows. idx values are trusted (checked by the host). */
+ * F32 table the gathering of residual-stream rows. idx values are trusted (checked by the host):
+ * only the first table row is checked against src. d must be a multiple of 32 for Q8_0/Q4_0. */
 attnd_status vkb_op_get_rows(struct vkb_ops *ops, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
                              size_t row_bytes, struct vkb_buffer *idx, size_t idx_off, uint32_t n, uint32_t d,
                              struct vkb_buffer *dst, size_t dst_off);
@@ -52,8 +65,9 @@ attnd_status vkb_op_rmsnorm(struct vkb_ops *ops, struct vkb_buffer *x, size_t x_
 
 /* y (n_tok, n_out) = x (n_tok, n_in) · Wᵀ (+ bias (n_out), when bias != NULL), rows of y n_out
  * apart (dense), rows of x n_in apart. W as described above (type, row_bytes, starting at byte
- * w_off). Chooses a matrix-vector shader for small n_tok and a tiled shader otherwise. n_in must
- * be a multiple of 32 for Q8_0/Q4_0. */
+ * w_off). Chooses a matrix-vector shader for small n_tok (<= 8: op_matvec.comp) and a tiled
+ * shader otherwise (op_matmul.comp). n_in must be a multiple of 32 for Q8_0/Q4_0 (any n_in for
+ * F32/F16/BF16). bias_off is ignored without a bias. */
 attnd_status vkb_op_matmul(struct vkb_ops *ops, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,
                            size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
                            uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
@@ -64,6 +78,7 @@ attnd_status vkb_op_matmul(struct vkb_ops *ops, enum tensor_type wtype, struct v
  * the pair (cos θ, sin θ) at cs[cs_off + (t * (n_rot/2) + i) * 2 + {0,1}] (the host computes θ =
  * pos * inv_freq[i] in double). neox = 1: pairs (i, i + n_rot/2) (qwen2, NEOX); 0: pairs
  * (2i, 2i+1) (llama, adjacent). */
+/* n_rot must be even and 2 <= n_rot <= head_dim. */
 attnd_status vkb_op_rope(struct vkb_ops *ops, struct vkb_buffer *x, size_t x_off, struct vkb_buffer *cs, size_t cs_off,
                          uint32_t n_tok, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox);
 
@@ -82,7 +97,10 @@ attnd_status vkb_op_swiglu(struct vkb_ops *ops, struct vkb_buffer *gate, size_t 
  * of pool (block_stride in elements), stored as F16 (round to nearest even) when f16 != 0,
  * else F32. The pool is uint32-addressed: for F16 two halves share a word, so the shader
  * must not race on a word shared by two tokens (head_dim is even in every model; odd head_dim
- * returns ATTND_ERR_INVALID for F16). */
+ * returns ATTND_ERR_INVALID for F16, and so does an odd block_stride). block_stride must be at
+ * least n_head_kv * 16 * head_dim and the pool must hold at least one block (ATTND_ERR_INVALID).
+ * Slot values are trusted like get_rows' idx, but a word past the end of the pool is skipped,
+ * never written. */
 attnd_status vkb_op_kv_write(struct vkb_ops *ops, struct vkb_buffer *src, size_t src_off, struct vkb_buffer *slot,
                              size_t slot_off, uint32_t n_tok, uint32_t n_head_kv, uint32_t head_dim,
                              struct vkb_buffer *pool, uint32_t block_stride, int f16);

@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-#ifdef ATTND_VKF_READY
+#if 1 /* ATTND_VKF_READY */
 
 #include <math.h>
 #include <pthread.h>
@@ -29,15 +29,27 @@ struct dev_weight {
     struct vkb_buffer *buf;
 };
 
-struct engine {
-    struct engine *next;
-    const struct model *m;
-    int device_index;
-    int refs;
+/* A device and its pipelines, made on first use and kept for the life of the process (pipeline
+ * builds are the slow part of starting a backend; every model on the device reuses them). */
+struct vdev {
+    struct vdev *next;
+    int index;
     pthread_mutex_t lock; /* one step (or upload) at a time on the device */
     struct vkb_device *dev;
     struct vkb_ops *ops;
     struct vkb_fa2 *fa2;
+};
+
+/* The weights of one model on one device, shared by every context on that model and device. */
+struct engine {
+    struct engine *next;
+    const struct model *m;
+    struct vdev *vd;
+    int refs;
+    struct vkb_device *dev; /* == vd->dev */
+    struct vkb_ops *ops;
+    struct vkb_fa2 *fa2;
+    pthread_mutex_t *lockp; /* == &vd->lock */
     struct dev_weight w[MAX_WEIGHTS];
     int n_w;
     struct vkb_buffer *f32; /* the model's 1-D tensors (norm weights, biases): f32_arena */
@@ -45,16 +57,57 @@ struct engine {
 
 static pthread_mutex_t g_engines_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct engine *g_engines;
+static struct vdev *g_devs;
+
+/* The device at index (-1: the best), made on first use. Caller holds g_engines_lock. */
+static attnd_status vdev_get(int index, bool need_gpu, struct vdev **out, char *why, size_t why_n)
+{
+    for (struct vdev *d = g_devs; d; d = d->next)
+        if (d->index == index) {
+            if (need_gpu && vkb_device_limits(d->dev)->is_cpu) break;
+            *out = d;
+            return ATTND_OK;
+        }
+    struct vdev *d = calloc(1, sizeof *d);
+    if (!d) return ATTND_ERR_NOMEM;
+    const struct vkb_device_opts o = {.device_index = index, .validation = -1, .timestamps = 0};
+    attnd_status st = vkb_device_create(&o, &d->dev);
+    if (st) {
+        snprintf(why, why_n, "Vulkan device: %s (%s)", vkb_last_error(), attnd_status_str(st));
+        free(d);
+        return st;
+    }
+    if (need_gpu && vkb_device_limits(d->dev)->is_cpu) {
+        snprintf(why, why_n, "the only Vulkan device is a CPU device (%s)", vkb_device_limits(d->dev)->name);
+        vkb_device_destroy(d->dev);
+        free(d);
+        return ATTND_ERR_UNSUPPORTED;
+    }
+    if ((st = vkb_ops_create(d->dev, &d->ops)) || (st = vkb_fa2_create(d->dev, &d->fa2))) {
+        snprintf(why, why_n, "Vulkan pipelines: %s", attnd_status_str(st));
+        vkb_ops_destroy(d->ops);
+        vkb_device_destroy(d->dev);
+        free(d);
+        return st;
+    }
+    pthread_mutex_init(&d->lock, NULL);
+    d->index = index;
+    d->next = g_devs;
+    g_devs = d;
+    log_info("vulkan: %s", vkb_device_limits(d->dev)->name);
+    *out = d;
+    return ATTND_OK;
+}
 
 static void engine_free(struct engine *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->n_w; i++) vkb_buffer_destroy(e->dev, e->w[i].buf);
-    vkb_buffer_destroy(e->dev, e->f32);
-    vkb_fa2_destroy(e->fa2);
-    vkb_ops_destroy(e->ops);
-    vkb_device_destroy(e->dev);
-    pthread_mutex_destroy(&e->lock);
+    if (e->dev) {
+        pthread_mutex_lock(e->lockp);
+        for (int i = 0; i < e->n_w; i++) vkb_buffer_destroy(e->dev, e->w[i].buf);
+        vkb_buffer_destroy(e->dev, e->f32);
+        pthread_mutex_unlock(e->lockp);
+    }
     free(e);
 }
 
@@ -89,26 +142,23 @@ static int add_type(enum tensor_type *types, int n, enum tensor_type t)
     return n + 1;
 }
 
+/* Caller holds g_engines_lock. */
 static attnd_status engine_open(const struct model *m, int device_index, bool need_gpu, struct engine **out, char *why,
                                 size_t why_n)
 {
+    struct vdev *vd;
+    attnd_status st = vdev_get(device_index, need_gpu, &vd, why, why_n);
+    if (st) return st;
     struct engine *e = calloc(1, sizeof *e);
     if (!e) return ATTND_ERR_NOMEM;
-    pthread_mutex_init(&e->lock, NULL);
     e->m = m;
-    e->device_index = device_index;
-    const struct vkb_device_opts o = {.device_index = device_index, .validation = -1, .timestamps = 0};
-    attnd_status st;
-    const char *what = "device";
-    if ((st = vkb_device_create(&o, &e->dev))) goto fail;
-    if (need_gpu && vkb_device_limits(e->dev)->is_cpu) {
-        snprintf(why, why_n, "the only Vulkan device is a CPU device (%s)", vkb_device_limits(e->dev)->name);
-        engine_free(e);
-        return ATTND_ERR_UNSUPPORTED;
-    }
-    log_info("vulkan: %s", vkb_device_limits(e->dev)->name);
-    what = "pipelines";
-    if ((st = vkb_ops_create(e->dev, &e->ops)) || (st = vkb_fa2_create(e->dev, &e->fa2))) goto fail;
+    e->vd = vd;
+    e->dev = vd->dev;
+    e->ops = vd->ops;
+    e->fa2 = vd->fa2;
+    e->lockp = &vd->lock;
+    pthread_mutex_lock(e->lockp);
+    const char *what = "pipelines";
     enum tensor_type types[8];
     int nt = 0;
     nt = add_type(types, nt, m->tok_embd.type);
@@ -130,11 +180,13 @@ static attnd_status engine_open(const struct model *m, int device_index, bool ne
     if ((st = vkb_buffer_create(e->dev, (m->f32_count ? m->f32_count : 1) * sizeof(float), &e->f32)) ||
         (st = vkb_buffer_write(e->dev, e->f32, 0, m->f32_arena, m->f32_count * sizeof(float))))
         goto fail;
+    pthread_mutex_unlock(e->lockp);
     *out = e;
     return ATTND_OK;
 fail:
     snprintf(why, why_n, "Vulkan %s: %s (%s)", what, vkb_last_error()[0] ? vkb_last_error() : "failed",
              attnd_status_str(st));
+    pthread_mutex_unlock(e->lockp);
     engine_free(e);
     return st;
 }
@@ -144,7 +196,7 @@ static attnd_status engine_get(const struct model *m, int device_index, bool nee
 {
     pthread_mutex_lock(&g_engines_lock);
     struct engine *e = g_engines;
-    while (e && (e->m != m || e->device_index != device_index)) e = e->next;
+    while (e && (e->m != m || e->vd->index != device_index)) e = e->next;
     attnd_status st = ATTND_OK;
     if (e && need_gpu && vkb_device_limits(e->dev)->is_cpu) {
         snprintf(why, why_n, "the only Vulkan device is a CPU device (%s)", vkb_device_limits(e->dev)->name);
@@ -230,14 +282,14 @@ void vkf_destroy(struct vkf *v)
     if (!v) return;
     if (v->e) {
         struct vkb_device *d = v->e->dev;
-        pthread_mutex_lock(&v->e->lock);
+        pthread_mutex_lock(v->e->lockp);
         for (int i = 0; i < 2; i++) pools_free(v, &v->pools[i]);
         struct vkb_buffer *bufs[] = {v->x,    v->h,    v->q,    v->k,      v->v,       v->att,       v->gate,
                                      v->up,   v->idx,  v->cs,   v->rows,   v->logits,  v->probe_q,   v->probe_att,
                                      v->probe_resid};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vkb_buffer_destroy(d, bufs[i]);
         vkb_fa2_plan_destroy(v->plan);
-        pthread_mutex_unlock(&v->e->lock);
+        pthread_mutex_unlock(v->e->lockp);
         engine_put(v->e);
     }
     free(v->inv_freq);
@@ -280,14 +332,14 @@ attnd_status vkf_create(const struct model *m, int device_index, int n_batch, co
         goto fail;
     }
     memcpy(v->inv_freq, rope_inv_freq, half * sizeof(double));
-    pthread_mutex_lock(&v->e->lock);
+    pthread_mutex_lock(v->e->lockp);
     if ((st = mkbuf(v, B * d, &v->x)) || (st = mkbuf(v, B * (d > nq ? d : nq), &v->h)) ||
         (st = mkbuf(v, B * nq, &v->q)) || (st = mkbuf(v, B * nkv, &v->k)) || (st = mkbuf(v, B * nkv, &v->v)) ||
         (st = mkbuf(v, B * nq, &v->att)) || (st = mkbuf(v, B * ff, &v->gate)) || (st = mkbuf(v, B * ff, &v->up)) ||
         (st = mkbuf(v, 4 * B + 1, &v->idx)) || (st = mkbuf(v, B * half * 2, &v->cs)) ||
         (st = vkb_fa2_plan_create(v->e->fa2, &v->plan)))
         snprintf(why, why_n, "Vulkan buffers: %s", vkb_last_error());
-    pthread_mutex_unlock(&v->e->lock);
+    pthread_mutex_unlock(v->e->lockp);
     if (st) goto fail;
     *out = v;
     return ATTND_OK;
@@ -425,7 +477,7 @@ attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd
     const size_t B = (size_t)v->n_batch, D = (size_t)hp->n_embd, V = (size_t)hp->n_vocab,
                  nq = (size_t)hp->n_head * hp->head_dim, half = (size_t)hp->n_rot / 2;
     attnd_status st;
-    pthread_mutex_lock(&e->lock);
+    pthread_mutex_lock(e->lockp);
     struct dev_pools *P;
     if ((st = get_pools(v, kv, &P))) goto out;
 
@@ -530,7 +582,7 @@ attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd
     for (int i = 0; i < n_seqs; i++) kv_seq_commit(seqs[i].kv, kv_seq_len(seqs[i].kv));
 out:
     if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_unlock(e->lockp);
     return st;
 }
 

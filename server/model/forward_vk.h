@@ -7,9 +7,10 @@
  *   FA2, W_o product, residual add, rmsnorm, gate/up products, SwiGLU, down product, residual
  *   add] -> gather the rows that want logits -> rmsnorm -> output product -> download.
  *
- * Device state shared per (model, device) in one engine: the Vulkan device, the pipelines and
- * the weights, uploaded once; every context on the same model and device reuses it, and steps
- * on it are serialised by a mutex (a Vulkan device here is used by one thread at a time).
+ * Shared state: the Vulkan device and its pipelines are made once per device index and kept for
+ * the life of the process; the weights are uploaded once per (model, device) and shared by every
+ * context on them (reference counted). Steps and uploads on one device are serialised by its
+ * mutex (a Vulkan device here is used by one thread at a time).
  * Per context: activation buffers for n_batch tokens, the FA2 plan, and the K/V pools of each
  * kv_cache it has run on (device copies with the same block ids; the device is the only place
  * the K/V of those caches are written).

@@ -2,7 +2,9 @@
 """`attnd run --temp 0 --json` against every golden case: the prompt tokenization must equal
 prompt_tokens and the greedy tokens must equal the reference's. For the Q8_0 models, whose
 tolerance is loose, tokens are compared up to the first step where the reference's top-2 gap
-is within that tolerance (after it a different but equally valid choice may follow)."""
+is within that tolerance (after it a different but equally valid choice may follow).
+Then the first case of every model again with `--backend vulkan` (lavapipe here): the same
+tokens, and the JSON must say the Vulkan backend ran."""
 import glob
 import json
 import os
@@ -19,13 +21,19 @@ def tol(name):
         return 1.0
     return 0.1 if "q8_0" in name else 1e-3
 
-for gpath in sorted(glob.glob(os.path.join(shared, "golden", "*.json"))):
+vk_checked = 0
+runs = [(g, "auto") for g in sorted(glob.glob(os.path.join(shared, "golden", "*.json")))]
+runs += [(g, "vulkan") for g in sorted(glob.glob(os.path.join(shared, "golden", "*.json")))]
+for gpath, backend in runs:
     name = os.path.basename(gpath)[:-5]
     model = os.path.join(shared, "models", name + ".gguf")
     gold = json.load(open(gpath))
     for i, case in enumerate(gold["cases"]):
+        if backend == "vulkan" and i > 0:
+            break
         n = len(case["tokens"])
-        cmd = [attnd, "run", "-m", model, "-n", str(n), "--temp", "0", "--json", "--ignore-eos", "--threads", "2"]
+        cmd = [attnd, "run", "-m", model, "-n", str(n), "--temp", "0", "--json", "--ignore-eos", "--threads", "2",
+               "--backend", backend]
         if isinstance(case["prompt"], str):
             cmd += ["-p", case["prompt"]]
         else:
@@ -36,7 +44,13 @@ for gpath in sorted(glob.glob(os.path.join(shared, "golden", "*.json"))):
             failures += 1
             continue
         out = json.loads(r.stdout)
-        checked += 1
+        if backend == "vulkan":
+            vk_checked += 1
+            if out.get("backend") != "vulkan":
+                print(f"FAIL {name} case {i}: --backend vulkan ran on {out.get('backend')}")
+                failures += 1
+        else:
+            checked += 1
         if out["prompt_tokens"] != case["prompt_tokens"]:
             print(f"FAIL {name} case {i}: prompt tokens {out['prompt_tokens']} != {case['prompt_tokens']}")
             failures += 1
@@ -53,8 +67,8 @@ for gpath in sorted(glob.glob(os.path.join(shared, "golden", "*.json"))):
             print(f"FAIL {name} case {i}: finish_reason {out['finish_reason']}")
             failures += 1
 
-print(f"test_run_golden: {checked} cases run, {failures} failures")
-if checked < 25:
-    print("expected at least 25 golden cases")
+print(f"test_run_golden: {checked} cases run, {vk_checked} more with --backend vulkan, {failures} failures")
+if checked < 25 or vk_checked < 6:
+    print("expected at least 25 golden cases and 6 on Vulkan")
     sys.exit(1)
 sys.exit(1 if failures else 0)

@@ -1,0 +1,220 @@
+/* test_vk_forward.c - the whole forward pass on a Vulkan device (lavapipe here).
+ *
+ *   1. The golden files ($SHARED/golden) reproduced with FWD_BACKEND_VULKAN (golden_check.h):
+ *      F32 models within 1e-3 per log-probability, the Q8_0 models within their tolerances,
+ *      greedy choices equal; also with the prompt in chunks of 3 and with an F16 KV cache.
+ *   2. The attention probe (what GET /attention serves) on Vulkan equals the CPU kernels': the
+ *      softmax weights of every layer and head within 1e-4, the attention outputs within 1e-4.
+ *   3. Batch invariance on the device: three sequences (a prompt chunk, a longer prompt, and a
+ *      decode step over a cached prefix) in one fwd_eval_batch give the logits they give alone.
+ *   4. Backend selection: FWD_BACKEND_AUTO does not pick a CPU Vulkan device (it falls back to the
+ *      CPU kernels with a reason); a device index that does not exist is a clear error.
+ * Runs with the Khronos validation layer on and requires zero validation errors. No Vulkan
+ * device is a FAIL: lavapipe (mesa-vulkan-drivers) is a build dependency. Under ASan the test
+ * re-executes itself with detect_leaks=0 (a leak inside the driver stack). */
+#include "golden_check.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include "attnd/kvcache.h"
+
+static struct model *load(const char *base)
+{
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), base);
+    struct model *m = NULL;
+    attnd_status st = model_load(path, &m, err, sizeof err);
+    T_CHECK(st == ATTND_OK, "load %s: %s", path, err);
+    return st ? NULL : m;
+}
+
+static struct fwd_ctx *ctx(const struct model *m, enum fwd_backend b, int n_ctx, enum tensor_type kv)
+{
+    struct fwd_opts o = {.n_ctx = n_ctx, .n_threads = 2, .kv_type = kv, .backend = b};
+    struct fwd_ctx *c = NULL;
+    T_CHECK(fwd_create(m, &o, &c) == ATTND_OK, "fwd_create(%d): %s", (int)b, fwd_backend_error());
+    return c;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 2. attention weights and outputs of every layer/head, CPU vs Vulkan */
+static void check_probe(const char *base)
+{
+    struct model *m = load(base);
+    if (!m) return;
+    const struct model_hparams *hp = &m->hp;
+    const int n = 37, nq = hp->n_head * hp->head_dim;
+    int32_t toks[37];
+    for (int i = 0; i < n; i++) toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    struct fwd_ctx *cc = ctx(m, FWD_BACKEND_CPU, 64, TENSOR_F32), *vc = ctx(m, FWD_BACKEND_VULKAN, 64, TENSOR_F32);
+    float *q[2], *att[2], *w[2];
+    for (int k = 0; k < 2; k++) {
+        q[k] = malloc((size_t)64 * nq * sizeof(float));
+        att[k] = malloc((size_t)64 * nq * sizeof(float));
+        w[k] = malloc((size_t)n * (n + 1) / 2 * sizeof(float));
+    }
+    double max_w = 0, max_o = 0;
+    for (int l = 0; cc && vc && l < hp->n_layer; l++) {
+        struct fwd_ctx *cs[2] = {cc, vc};
+        for (int k = 0; k < 2; k++) {
+            fwd_reset(cs[k]);
+            fwd_set_probe(cs[k], l, q[k], att[k]);
+            T_CHECK(fwd_eval(cs[k], toks, n, false, NULL) == ATTND_OK, "eval");
+            fwd_set_probe(cs[k], -1, NULL, NULL);
+        }
+        for (size_t i = 0; i < (size_t)n * nq; i++) {
+            double e = fabs((double)att[0][i] - att[1][i]);
+            if (e > max_o) max_o = e;
+        }
+        for (int h = 0; h < hp->n_head; h++) {
+            fwd_attention_weights(cc, l, h, q[0], n, w[0]);
+            fwd_attention_weights(vc, l, h, q[1], n, w[1]);
+            for (size_t i = 0; i < (size_t)n * (n + 1) / 2; i++) {
+                double e = fabs((double)w[0][i] - w[1][i]);
+                if (e > max_w) max_w = e;
+            }
+        }
+    }
+    fprintf(stderr, "%-22s attention probe, Vulkan vs CPU: max |weight err| %.2e, max |output err| %.2e\n", base,
+            max_w, max_o);
+    T_CHECK(max_w <= 1e-4, "%s: attention weights differ by %.3g", base, max_w);
+    T_CHECK(max_o <= 1e-4, "%s: attention outputs differ by %.3g", base, max_o);
+    if (vc) T_CHECK(fwd_validation_errors(vc) == 0, "%u validation errors", fwd_validation_errors(vc));
+    for (int k = 0; k < 2; k++) {
+        free(q[k]);
+        free(att[k]);
+        free(w[k]);
+    }
+    fwd_destroy(cc);
+    fwd_destroy(vc);
+    model_destroy(m);
+}
+
+/* 3. three sequences in one step vs each alone, on a shared paged cache */
+static void check_batch(const char *base, enum tensor_type kvt)
+{
+    struct model *m = load(base);
+    if (!m) return;
+    const struct model_hparams *hp = &m->hp;
+    const int V = hp->n_vocab;
+    struct fwd_opts o = {.n_ctx = -1, .n_threads = 2, .n_batch = 128, .backend = FWD_BACKEND_VULKAN};
+    struct fwd_ctx *c = NULL;
+    T_CHECK(fwd_create(m, &o, &c) == ATTND_OK, "fwd_create: %s", fwd_backend_error());
+    struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, 64);
+    ko.type = kvt;
+    struct kv_cache *kv = NULL;
+    T_CHECK(kv_create(&ko, &kv) == ATTND_OK, "kv_create");
+    if (!c || !kv) goto out;
+    /* lengths: prompt of 21, prompt of 40, and 33 cached + 1 decode token */
+    enum { A = 21, B = 40, P = 33 };
+    int32_t ta[A], tb[B], tp[P + 1];
+    for (int i = 0; i < A; i++) ta[i] = (int32_t)((i * 31 + 5) % V);
+    for (int i = 0; i < B; i++) tb[i] = (int32_t)((i * 17 + 3) % V);
+    for (int i = 0; i <= P; i++) tp[i] = (int32_t)((i * 101 + 7) % V);
+    float *alone = malloc((size_t)3 * V * sizeof(float)), *batch = malloc((size_t)3 * V * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        float *dst = pass ? batch : alone;
+        struct kv_seq *sa = NULL, *sb = NULL, *sp = NULL;
+        size_t cached;
+        T_CHECK(kv_seq_create(kv, NULL, 0, 64, &sa, &cached) == ATTND_OK, "seq");
+        T_CHECK(kv_seq_create(kv, NULL, 0, 64, &sb, &cached) == ATTND_OK, "seq");
+        T_CHECK(kv_seq_create(kv, NULL, 0, 64, &sp, &cached) == ATTND_OK, "seq");
+        /* the decode sequence's prefix first, on its own */
+        T_CHECK(kv_seq_append(sp, tp, P) == ATTND_OK, "append");
+        struct fwd_seq pre = {.kv = sp, .tokens = tp, .n = P};
+        T_CHECK(fwd_eval_batch(c, kv, &pre, 1) == ATTND_OK, "prefix");
+        T_CHECK(kv_seq_append(sa, ta, A) == ATTND_OK && kv_seq_append(sb, tb, B) == ATTND_OK &&
+                    kv_seq_append(sp, tp + P, 1) == ATTND_OK,
+                "append");
+        struct fwd_seq s[3] = {{.kv = sa, .tokens = ta, .n = A, .logits = dst},
+                               {.kv = sb, .tokens = tb, .n = B, .logits = dst + V},
+                               {.kv = sp, .tokens = tp + P, .n = 1, .logits = dst + 2 * (size_t)V}};
+        if (pass == 0)
+            for (int i = 0; i < 3; i++) T_CHECK(fwd_eval_batch(c, kv, &s[i], 1) == ATTND_OK, "alone %d", i);
+        else
+            T_CHECK(fwd_eval_batch(c, kv, s, 3) == ATTND_OK, "batch");
+        kv_seq_destroy(sa);
+        kv_seq_destroy(sb);
+        kv_seq_destroy(sp);
+    }
+    double max_e = 0, scale = 0;
+    for (size_t i = 0; i < (size_t)3 * V; i++) {
+        double e = fabs((double)alone[i] - batch[i]);
+        if (e > max_e || e != e) max_e = e;
+        if (fabs(alone[i]) > scale) scale = fabs(alone[i]);
+    }
+    fprintf(stderr, "%-22s batch of 3 vs alone (%s KV): max |logit err| %.2e (logits up to %.2f)\n", base,
+            tensor_type_name(kvt), max_e, scale);
+    T_CHECK(max_e <= 1e-4 * (1 + scale), "%s: batched logits differ by %.3g", base, max_e);
+    T_CHECK(fwd_validation_errors(c) == 0, "%u validation errors", fwd_validation_errors(c));
+    free(alone);
+    free(batch);
+out:
+    kv_destroy(kv);
+    fwd_destroy(c);
+    model_destroy(m);
+}
+
+/* 4. backend selection */
+static void check_selection(void)
+{
+    struct model *m = load("stories260K");
+    if (!m) return;
+    struct fwd_ctx *c = NULL;
+    struct fwd_opts o = {.n_ctx = 16, .backend = FWD_BACKEND_AUTO};
+    T_CHECK(fwd_create(m, &o, &c) == ATTND_OK, "auto");
+    if (c) {
+        const char *dev = fwd_device_name(c);
+        fprintf(stderr, "auto picked %s (%s)%s%s\n", fwd_backend_name(c), dev, fwd_backend_error()[0] ? ": " : "",
+                fwd_backend_error());
+        if (!strcmp(fwd_backend_name(c), "cpu"))
+            T_CHECK(fwd_backend_error()[0] != 0, "auto fell back to the CPU without a reason");
+        fwd_destroy(c);
+    }
+    o = (struct fwd_opts){.n_ctx = 16, .backend = FWD_BACKEND_VULKAN, .vk_device = 64};
+    c = NULL;
+    attnd_status st = fwd_create(m, &o, &c);
+    T_CHECK(st != ATTND_OK && c == NULL, "device index 63 accepted");
+    T_CHECK(strstr(fwd_backend_error(), "device") != NULL, "reason: '%s'", fwd_backend_error());
+    fprintf(stderr, "--vk-device 63: %s\n", fwd_backend_error());
+    model_destroy(m);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+#if defined(__SANITIZE_ADDRESS__)
+    if (!getenv("ATTND_VK_TEST_NOLEAK")) {
+        char opts[512];
+        const char *old_opts = getenv("ASAN_OPTIONS");
+        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", old_opts ? old_opts : "", old_opts && *old_opts ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+        setenv("ATTND_VK_TEST_NOLEAK", "1", 1);
+        execv("/proc/self/exe", argv);
+        perror("execv /proc/self/exe");
+        return 1;
+    }
+#else
+    (void)argv;
+#endif
+    setenv("ATTND_VK_VALIDATION", "1", 0);
+    double t0 = now_s();
+    check_selection();
+    fprintf(stderr, "[%.1f s] selection\n", now_s() - t0);
+    check_probe("tiny-qwen2-f32");
+    check_probe("tiny-llama-spm-f32");
+    fprintf(stderr, "[%.1f s] probes\n", now_s() - t0);
+    check_batch("tiny-qwen2-f32", TENSOR_F32);
+    check_batch("tiny-llama-spm-q8_0", TENSOR_F16);
+    fprintf(stderr, "[%.1f s] batches\n", now_s() - t0);
+    golden_run(FWD_BACKEND_VULKAN);
+    fprintf(stderr, "[%.1f s] golden\n", now_s() - t0);
+    return t_finish("test_vk_forward");
+}
