@@ -13,10 +13,10 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "attnd/forward.h"
 #include "attnd/model.h"
@@ -107,9 +107,12 @@ static void check_case(const struct model *m, cJSON *cs, double tol, const char 
     fwd_destroy(c);
 }
 
-/* Checks every golden model on backend b; returns the number of models checked. The CPU run adds
- * a single-thread pass; both add a chunked prompt and an F16 KV cache pass on the first case. */
-static int golden_run(enum fwd_backend b)
+/* Checks every golden model (or only those named in the NULL-terminated list `only`) on backend
+ * b; returns the number of models checked. The CPU run adds a single-thread pass; both add a
+ * chunked prompt and an F16 KV cache pass on the first case (on Vulkan only for vocabularies up
+ * to 32000 entries: the output layer of the 128k-151k vocabularies dominates the run time on a
+ * CPU Vulkan device). */
+static int golden_run(enum fwd_backend b, const char *const *only)
 {
     char dir[1024], path[1600];
     snprintf(dir, sizeof dir, "%s/golden", t_shared());
@@ -126,6 +129,9 @@ static int golden_run(enum fwd_backend b)
         if (L < 6 || strcmp(e->d_name + L - 5, ".json")) continue;
         char base[256];
         snprintf(base, sizeof base, "%.*s", (int)(L - 5), e->d_name);
+        bool wanted = !only;
+        for (const char *const *o = only; o && *o; o++) wanted |= !strcmp(*o, base);
+        if (!wanted) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         char *js = t_slurp(path, NULL);
         cJSON *root = js ? cJSON_Parse(js) : NULL;
@@ -144,7 +150,7 @@ static int golden_run(enum fwd_backend b)
             for (int ci = 0; ci < cJSON_GetArraySize(cases); ci++) {
                 cJSON *cs = cJSON_GetArrayItem(cases, ci);
                 check_case(m, cs, tol, base, ci, 2, 0, TENSOR_F32, b, &s);
-                if (ci == 0) {
+                if (ci == 0 && (b == FWD_BACKEND_CPU || m->hp.n_vocab <= 32000)) {
                     if (b == FWD_BACKEND_CPU) check_case(m, cs, tol, base, ci, 1, 0, TENSOR_F32, b, &s); /* 1 thread */
                     check_case(m, cs, tol, base, ci, 2, 3, TENSOR_F32, b, &s); /* prompt in chunks of 3 */
                     /* F16 KV cache: the reference used F32 K/V, so only a looser bound holds */
@@ -154,7 +160,6 @@ static int golden_run(enum fwd_backend b)
                     fprintf(stderr, "%-24s F16 KV cache: max |err| %.2e\n", base, s16.max_err);
                 }
             }
-            fprintf(stderr, "[%ld s] ", (long)time(NULL) % 100000);
             fprintf(stderr, "%-24s %d cases, %d log-probs compared, max |err| %.2e (tol %g), %d greedy checks\n",
                     base, cJSON_GetArraySize(cases), s.n_cmp, s.max_err, tol, s.n_greedy);
             T_CHECK(s.validation_errors == 0, "%s: %u Vulkan validation errors", base, s.validation_errors);
@@ -164,7 +169,7 @@ static int golden_run(enum fwd_backend b)
         free(js);
     }
     closedir(d);
-    T_CHECK(n_models >= 6, "expected the 6 golden models, found %d", n_models);
+    if (!only) T_CHECK(n_models >= 6, "expected the 6 golden models, found %d", n_models);
     return n_models;
 }
 

@@ -5,6 +5,6 @@
 
 int main(void)
 {
-    golden_run(FWD_BACKEND_CPU);
+    golden_run(FWD_BACKEND_CPU, NULL);
     return t_finish("test_golden");
 }
