@@ -2,7 +2,7 @@
 """The daemon on the Vulkan backend (lavapipe here) against the same daemon on the CPU kernels:
 /health and /metrics name the backend and device; greedy /v1/generate gives the golden tokens
 of tiny-qwen2-f32 on both; GET /attention returns the same weights and values (within 1e-4) on
-both; several concurrent requests on the Vulkan daemon (batched steps over its device-resident
+both, GET /logit_lens the same per-layer predictions; several concurrent requests on the Vulkan daemon (batched steps over its device-resident
 KV pools) give the tokens they give alone; `--backend auto` on a machine whose only Vulkan
 device is a CPU device runs the CPU kernels; a bad --backend value is a usage error."""
 import json
@@ -59,6 +59,22 @@ try:
             worst = max([worst] + [abs(x - y) for x, y in zip(ra, rb)])
     print(f"/attention vulkan vs cpu: max |difference| {worst:.2e}")
     c.check(worst <= 1e-4, f"/attention differs between backends by {worst}")
+
+    # /logit_lens: the same per-layer top tokens and probabilities on both backends
+    worst = 0.0
+    for pos in (0, 5, 10):
+        a = vk.get(f"/logit_lens?id={ids[('vulkan', 0)]}&pos={pos}&top=5")
+        b = cpu.get(f"/logit_lens?id={ids[('cpu', 0)]}&pos={pos}&top=5")
+        c.check(a.status_code == 200 and b.status_code == 200, f"logit_lens {a.status_code} {b.status_code}")
+        if a.status_code != 200 or b.status_code != 200:
+            continue
+        for la, lb in zip(a.json()["layers"], b.json()["layers"]):
+            pa, pb = [p for _, p in la["top"]], [p for _, p in lb["top"]]
+            worst = max([worst] + [abs(x - y) for x, y in zip(pa, pb)])
+            c.check(la["top_ids"][0] == lb["top_ids"][0] or abs(pa[0] - pa[1]) <= 1e-4,
+                    f"logit_lens pos {pos} layer {la['layer']}: top {la['top_ids']} vs {lb['top_ids']}")
+    print(f"/logit_lens vulkan vs cpu: max |probability difference| {worst:.2e}")
+    c.check(worst <= 1e-4, f"/logit_lens differs between backends by {worst}")
 
     # concurrent requests on the Vulkan daemon: same tokens as alone
     alone = {}
