@@ -25,8 +25,9 @@ void vkb_fa2_destroy(struct vkb_fa2 *f); /* NULL: no-op */
 /* Computes a (see fa2.h) on the device. Returns ATTND_ERR_INVALID for bad arguments (head
  * counts, head_dim outside 1..FA2_MAX_HEAD_DIM, block ids outside the pool, a block stride that
  * is not a multiple of the element size), ATTND_ERR_RANGE when a buffer or dispatch exceeds a
- * device limit (on lavapipe also a prefill chunk whose keys exceed the loop limit, about 12k keys at
- * head_dim 128), other statuses for Vulkan failures (message in vkb_last_error()). On failure the
+ * device limit (on lavapipe also a prefill chunk longer than llvmpipe's loop limit allows: 61424
+ * keys with the lanes shaders, any head_dim; fewer with the tile shaders, about 12k at head_dim 128
+ * and 36k at head_dim 36), other statuses for Vulkan failures (message in vkb_last_error()). On failure the
  * out rows are unspecified. gpu_ms (may be NULL) gets the device time of the dispatches, -1
  * without timestamps. Not thread-safe per f. */
 attnd_status vkb_fa2_attend(struct vkb_fa2 *f, const struct fa2_args *a, double *gpu_ms);
@@ -66,10 +67,12 @@ attnd_status vkb_fa2_record(struct vkb_fa2_plan *p, struct vkb_buffer *q, size_t
  * next step once that batch was waited for; its buffers only grow. A plan may be destroyed only
  * when no batch that uses it is in flight.
  *
- * Shaders: on a CPU device (lavapipe) fa2_lanes.comp when head_dim and the block stride (in
- * elements) are multiples of 8, else and on GPUs the shared-memory tile shaders
- * (fa2_prefill/fa2_decode.comp); $ATTND_VK_FA2_TILES=1 at vkb_fa2_create() forces the tile
- * shaders. Pipelines are compiled in vkb_fa2_plan_build (on lavapipe seconds per new head_dim /
+ * Shaders: on a CPU device (lavapipe) the lanes shader when head_dim and the block stride (in
+ * elements) are multiples of 8: fa2_lanes64.comp (64-bit loads) when the device has shaderInt64
+ * (vkb_limits.has_int64) and, for F16 pools, both are multiples of 16, else fa2_lanes.comp; else
+ * and on GPUs the shared-memory tile shaders (fa2_prefill/fa2_decode.comp).
+ * $ATTND_VK_FA2_TILES=1 at vkb_fa2_create() forces the tile shaders, $ATTND_VK_FA2_NO_INT64=1
+ * fa2_lanes.comp over fa2_lanes64.comp. Pipelines are compiled in vkb_fa2_plan_build (on lavapipe seconds per new head_dim /
  * group size / pool type) and cached in the vkb_fa2. */
 
 #endif
