@@ -20,6 +20,7 @@
 #include "spv_op_get_rows.h"
 #include "spv_op_kv_write.h"
 #include "spv_op_matmul.h"
+#include "spv_op_matmul_lanes.h"
 #include "spv_op_matvec.h"
 #include "spv_op_rmsnorm.h"
 #include "spv_op_rope.h"
@@ -36,6 +37,8 @@ enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, N_WT };
 #define MATVEC_MAX_TOK 8u   /* n_tok up to this: op_matvec (weights read once per 4 tokens) */
 #define TILE_ROWS 64u       /* BN in op_matmul.comp */
 #define TILE_TOK 32u        /* BM in op_matmul.comp */
+#define LANES_WG 64u        /* invocations per workgroup of op_matmul_lanes.comp */
+#define LANES_MIN_BYTES 16u /* op_matmul_lanes.comp reads whole uvec4: smaller bindings go to the GPU shaders */
 #define MAX_N_IN (1u << 17) /* op_matmul: n_in / 32 * 9 loop trips per invocation */
 #define MAX_NORM_D (1u << 20) /* op_rmsnorm: 2 * d / 256 loop trips per invocation */
 #define MAX_ITEMS (UINT32_MAX - 65536u) /* flattened invocation ids stay below 2^32 */
@@ -114,7 +117,14 @@ struct vkb_ops {
     struct vkb_device *dev;
     struct vkb_pipeline *get_rows, *rmsnorm, *rope, *add, *swiglu, *kv_write;
     struct vkb_pipeline *matvec[N_WT], *matmul[N_WT];
+    struct vkb_pipeline *lanes[N_WT][2]; /* op_matmul_lanes.comp (CPU devices): [wt][n_tok > 1] */
 };
+
+/* op_matmul_lanes.comp specialisations: rows and tokens per lane, for n_tok == 1 and n_tok > 1.
+ * One token: a weight row feeds one dot product, so 8 rows share each activation load; more
+ * tokens: each weight row feeds 4 tokens, each activation chunk 4 rows (measured best on
+ * lavapipe among 1-8 x 1-4). */
+static const uint32_t lanes_rows[2] = {8, 4}, lanes_tok[2] = {1, 4};
 
 attnd_status vkb_ops_create(struct vkb_device *dev, struct vkb_ops **out)
 {
@@ -135,6 +145,8 @@ void vkb_ops_destroy(struct vkb_ops *o)
     for (int i = 0; i < N_WT; i++) {
         vkb_pipeline_destroy(o->dev, o->matvec[i]);
         vkb_pipeline_destroy(o->dev, o->matmul[i]);
+        vkb_pipeline_destroy(o->dev, o->lanes[i][0]);
+        vkb_pipeline_destroy(o->dev, o->lanes[i][1]);
     }
     free(o);
 }
@@ -162,6 +174,16 @@ static attnd_status pipe_matmul(struct vkb_ops *o, int wt, int tiled, struct vkb
     return st;
 }
 
+/* The op_matmul_lanes.comp pipeline for weight type wt and n_tok > 1 (multi = 1) or 1 (0). */
+static attnd_status pipe_lanes(struct vkb_ops *o, int wt, int multi, struct vkb_pipeline **out)
+{
+    const uint32_t spec[3] = {(uint32_t)wt, lanes_tok[multi], lanes_rows[multi]};
+    attnd_status st = pipe(o, &o->lanes[wt][multi], spv_op_matmul_lanes, sizeof spv_op_matmul_lanes, 4,
+                           sizeof(struct vkb_matmul_push), spec, 3);
+    *out = o->lanes[wt][multi];
+    return st;
+}
+
 /* The WT_* code of a weight type, or -1 when the shaders do not decode it. */
 static int wt_of(enum tensor_type t)
 {
@@ -173,6 +195,14 @@ static int wt_of(enum tensor_type t)
     case TENSOR_Q4_0: return WT_Q4_0;
     default: return -1;
     }
+}
+
+/* op_matmul_lanes.comp on CPU devices, unless $ATTND_VK_OPS_GPU_SHADERS=1 asks for the GPU
+ * shaders (op_matvec/op_matmul.comp) there too: the tests use it to run them on lavapipe. */
+static int use_lanes(const struct vkb_ops *o)
+{
+    const char *e = getenv("ATTND_VK_OPS_GPU_SHADERS");
+    return vkb_device_limits(o->dev)->is_cpu && !(e && e[0] == '1');
 }
 
 attnd_status vkb_ops_prepare(struct vkb_ops *o, const enum tensor_type *types, int n_types)
@@ -187,9 +217,13 @@ attnd_status vkb_ops_prepare(struct vkb_ops *o, const enum tensor_type *types, i
         (st = PIPE(o, swiglu, op_swiglu, 2, struct vkb_elt_push)) ||
         (st = PIPE(o, kv_write, op_kv_write, 3, struct vkb_kv_write_push)))
         return st;
+    const int cpu = use_lanes(o);
     for (int i = 0; i < n_types; i++) {
         struct vkb_pipeline *p;
-        if ((st = pipe_matmul(o, wt_of(types[i]), 0, &p)) || (st = pipe_matmul(o, wt_of(types[i]), 1, &p))) return st;
+        const int wt = wt_of(types[i]);
+        if (cpu ? (st = pipe_lanes(o, wt, 0, &p)) || (st = pipe_lanes(o, wt, 1, &p))
+                : (st = pipe_matmul(o, wt, 0, &p)) || (st = pipe_matmul(o, wt, 1, &p)))
+            return st;
     }
     return ATTND_OK;
 }
@@ -301,14 +335,18 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
         (bias && !fits(bias, bias_off, n_out, 4)))
         return ATTND_ERR_INVALID;
     if (n_in > MAX_N_IN) return ATTND_ERR_RANGE;
-    const int tiled = n_tok > MATVEC_MAX_TOK;
-    const uint32_t rows = tiled ? TILE_ROWS : MATVEC_ROWS, toks = tiled ? TILE_TOK : MATVEC_TOK;
+    /* CPU devices: op_matmul_lanes.comp (tiny bindings, which it cannot read, excepted) */
+    const int lanes = use_lanes(o) && vkb_buffer_size(w) >= LANES_MIN_BYTES &&
+                      vkb_buffer_size(x) >= LANES_MIN_BYTES;
+    const int tiled = n_tok > MATVEC_MAX_TOK, multi = n_tok > 1;
+    const uint32_t rows = lanes ? lanes_rows[multi] : tiled ? TILE_ROWS : MATVEC_ROWS;
+    const uint32_t toks = lanes ? lanes_tok[multi] : tiled ? TILE_TOK : MATVEC_TOK;
     const uint32_t groups = (n_out + rows - 1) / rows, gz = (n_tok + toks - 1) / toks;
     uint32_t gx, gy;
-    if ((st = grid(o, groups, &gx, &gy))) return st;
+    if ((st = grid(o, lanes ? (groups + LANES_WG - 1) / LANES_WG : groups, &gx, &gy))) return st;
     if (gz > vkb_device_limits(o->dev)->max_wg_count[2]) return ATTND_ERR_RANGE;
     struct vkb_pipeline *p;
-    if ((st = pipe_matmul(o, wt, tiled, &p))) return st;
+    if ((st = lanes ? pipe_lanes(o, wt, multi, &p) : pipe_matmul(o, wt, tiled, &p))) return st;
     const struct vkb_matmul_push pc = {.n_in = n_in,
                                        .n_out = n_out,
                                        .n_tok = n_tok,

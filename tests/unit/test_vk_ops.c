@@ -4,7 +4,7 @@
  * Covered: get_rows for every weight type (rows of 32, 96, 4864 and, for plain types, 37
  * elements; padded rows; odd byte offsets for Q8_0/Q4_0); rmsnorm (d 7, 896, 4864; in place);
  * matmul for every weight type with n_in 32, 96, 896, 4864 (and 37, 100 for plain types: a
- * partial last chunk), odd n_out, n_tok 1, 3, 8 (matrix-vector shader) and 33, 100 (tiled
+ * partial last chunk), odd n_out, n_tok 1, 3, 8 (GPU: matrix-vector shader) and 33, 100 (GPU: tiled
  * shader), bias on and off, non-zero offsets for every operand; rope, both pair layouts, with
  * n_rot = head_dim and n_rot < head_dim; add; swiglu; kv_write into shuffled slots of F16 and
  * F32 pools with a padded block stride (F16 rounding checked bit for bit, ties and subnormals
@@ -15,7 +15,10 @@
  * (|x0| + |x1|); swiglu |err| <= 1e-5 |ref| + 1e-7 |up|; matmul |err| <= 1e-4 (sum |w x| + |bias|)
  * (f32 accumulation of up to 4864 terms).
  *
- * Prints (not checked) matmul GFLOP/s for a Q8_0 896 x 4864 weight at n_tok 1 and 128.
+ * Prints (not checked) matmul times for the shapes of perf_matmul(). On a CPU device (lavapipe)
+ * every matmul goes through op_matmul_lanes.comp (the GPU shaders op_matvec/op_matmul.comp only
+ * for bindings under 16 bytes, see test_matmul) in the first pass; the second pass sets
+ * ATTND_VK_OPS_GPU_SHADERS=1 so the GPU matrix shaders are checked on lavapipe too.
  *
  * Runs with the validation layer on and requires zero validation errors. Runs once with
  * lavapipe's default settings, then re-executes itself with LP_NATIVE_VECTOR_WIDTH=128
@@ -401,7 +404,7 @@ static void test_matmul(void)
         const enum tensor_type t = g_types[ti];
         if (g_light && t != TENSOR_Q8_0 && t != TENSOR_F16) continue;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            if (g_light && t == TENSOR_F16 && cases[c][2] > 8) continue; /* the tiled shader has no subgroup ops */
+            if (g_light && t == TENSOR_F16 && cases[c][2] > 8) continue; /* time (no subgroup ops involved) */
             if ((t == TENSOR_F32 || t == TENSOR_BF16) && cases[c][0] == 4864 && cases[c][2] > 8) continue; /* time */
             check_matmul(t, cases[c][0], cases[c][1], cases[c][2], (int)cases[c][3], (int)cases[c][4]);
         }
@@ -411,48 +414,68 @@ static void test_matmul(void)
             if (!g_light) check_matmul(t, 100, 70, 33, 1, 1);
         }
     }
+    if (!g_light) { /* bindings under 16 bytes: on a CPU device the GPU shaders (the lanes one reads uvec4) */
+        check_matmul(TENSOR_F32, 3, 5, 1, 1, 0); /* x: 12 bytes */
+        check_matmul(TENSOR_F16, 2, 1, 9, 1, 0); /* w: 12 bytes with wmat's padding */
+    }
 }
 
-/* Prints GFLOP/s of a Q8_0 896 x 4864 matmul (not a check) and checks every 31st row. */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Prints (not a check) the median time and GFLOP/s of the matmul shapes the forward pass spends
+ * its time in: the output layer of the golden tests' tiny models (n_in 64, a 151936-token
+ * vocabulary), a Qwen2-0.5B FFN matrix at decode and prefill, a small prefill; checks every
+ * 31st row of each. */
 static void perf_matmul(void)
 {
-    const uint32_t n_in = 896, n_out = 4864, toks[2] = {1, 128};
-    struct wmat m;
-    seed(77);
-    wmat_init(&m, TENSOR_Q8_0, n_in, n_out, 0, 0, 1.0f);
-    float *x = xmalloc((size_t)128 * n_in * 4), *y = xmalloc((size_t)128 * n_out * 4);
-    fill_rnd(x, (size_t)128 * n_in, 1.0f);
-    struct vkb_buffer *bw = mkbuf(m.data, m.bytes), *bx = mkbuf(x, (size_t)128 * n_in * 4),
-                      *by = mkbuf(NULL, (size_t)128 * n_out * 4);
-    for (int k = 0; k < 2; k++) {
-        const uint32_t nt = toks[k];
-        double best_wall = 1e9, best_gpu = 1e9;
-        int ok = 1;
-        const int reps = nt == 1 ? 4 : 2;
-        for (int rep = 0; rep < reps && ok; rep++) { /* the first run is a warm-up */
-            double ms = -1;
+    static const struct {
+        enum tensor_type t;
+        uint32_t n_in, n_out, n_tok;
+        int reps; /* timed runs after one warm-up */
+    } cases[] = {
+        {TENSOR_F32, 64, 151936, 1, 5},  {TENSOR_Q8_0, 64, 151936, 1, 5}, {TENSOR_Q8_0, 896, 4864, 1, 7},
+        {TENSOR_Q8_0, 896, 4864, 128, 3}, {TENSOR_F32, 64, 160, 20, 7},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const enum tensor_type t = cases[c].t;
+        const uint32_t n_in = cases[c].n_in, n_out = cases[c].n_out, nt = cases[c].n_tok;
+        struct wmat m;
+        seed(77 + c);
+        wmat_init(&m, t, n_in, n_out, 0, 0, 1.0f);
+        float *x = xmalloc((size_t)nt * n_in * 4), *y = xmalloc((size_t)nt * n_out * 4);
+        fill_rnd(x, (size_t)nt * n_in, 1.0f);
+        struct vkb_buffer *bw = mkbuf(m.data, m.bytes), *bx = mkbuf(x, (size_t)nt * n_in * 4),
+                          *by = mkbuf(NULL, (size_t)nt * n_out * 4);
+        double ms[16];
+        int n = 0, ok = 1;
+        for (int rep = 0; rep <= cases[c].reps && ok; rep++) { /* the first run is a warm-up */
+            double gpu = -1;
             const double t0 = now_s();
             begin();
-            attnd_status st = vkb_op_matmul(g_ops, TENSOR_Q8_0, bw, 0, m.row_bytes, n_in, n_out, bx, 0, nt, NULL, 0, by, 0);
-            ok = finish(st, &ms, "perf matmul");
+            attnd_status st = vkb_op_matmul(g_ops, t, bw, 0, m.row_bytes, n_in, n_out, bx, 0, nt, NULL, 0, by, 0);
+            ok = finish(st, &gpu, "perf matmul");
             const double wall = (now_s() - t0) * 1e3;
-            if (rep > 0 && wall < best_wall) best_wall = wall;
-            if (rep > 0 && ms > 0 && ms < best_gpu) best_gpu = ms;
+            if (rep > 0) ms[n++] = gpu > 0 ? gpu : wall;
         }
-        if (!ok) break;
-        rdbuf(by, y, (size_t)nt * n_out * 4);
-        matmul_compare(&m, x, NULL, y, 0, nt, 31, "perf matmul");
-        const double flop = 2.0 * n_in * n_out * nt;
-        fprintf(stderr, "test_vk_ops: perf: matmul q8_0 n_in %u n_out %u n_tok %3u: %.3f ms wall, %.3f ms device, %.2f GFLOP/s\n",
-                n_in, n_out, nt, best_wall, best_gpu < 1e9 ? best_gpu : -1.0,
-                flop / ((best_gpu < 1e9 ? best_gpu : best_wall) * 1e-3) * 1e-9);
+        if (ok) {
+            rdbuf(by, y, (size_t)nt * n_out * 4);
+            matmul_compare(&m, x, NULL, y, 0, nt, 31, "perf matmul");
+            qsort(ms, (size_t)n, sizeof ms[0], cmp_double);
+            const double med = ms[n / 2], flop = 2.0 * n_in * n_out * nt;
+            fprintf(stderr, "test_vk_ops: perf: matmul %-4s n_in %3u n_out %6u n_tok %3u: median %8.3f ms (min %8.3f), %.2f GFLOP/s\n",
+                    tname(t), n_in, n_out, nt, med, ms[0], flop / (med * 1e-3) * 1e-9);
+        }
+        rmbuf(bw);
+        rmbuf(bx);
+        rmbuf(by);
+        free(x);
+        free(y);
+        wmat_free(&m);
     }
-    rmbuf(bw);
-    rmbuf(bx);
-    rmbuf(by);
-    free(x);
-    free(y);
-    wmat_free(&m);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -845,6 +868,7 @@ int main(int argc, char **argv)
     }
     if (pid == 0) {
         setenv("LP_NATIVE_VECTOR_WIDTH", "128", 1);
+        setenv("ATTND_VK_OPS_GPU_SHADERS", "1", 1); /* the GPU matrix shaders, on lavapipe */
         execv("/proc/self/exe", argv);
         perror("execv /proc/self/exe");
         _exit(1);
