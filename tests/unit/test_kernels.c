@@ -66,15 +66,6 @@ static size_t nbytes(enum tensor_type t, size_t n)
     return (size_t)b;
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 /* Activations with a different magnitude per 32-block, one all-zero block (d = 0 path). */
 static void fill_acts(float *x, size_t n, int tok)
@@ -89,9 +80,9 @@ static void fill_acts(float *x, size_t n, int tok)
 /* ROWS weight rows of type t, row r at w + r*wrb; the padding bytes are garbage. */
 static unsigned char *make_weights(enum tensor_type t, size_t n, size_t wrb)
 {
-    unsigned char *w = xmalloc(ROWS * wrb);
+    unsigned char *w = t_xmalloc(ROWS * wrb);
     for (size_t i = 0; i < ROWS * wrb; i++) w[i] = (unsigned char)rnd_u64();
-    float *x = xmalloc(n * sizeof(float));
+    float *x = t_xmalloc(n * sizeof(float));
     for (size_t r = 0; r < ROWS; r++) {
         unsigned char *row = w + r * wrb;
         if (t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16) {
@@ -146,14 +137,14 @@ static void test_type_size(enum cpu_isa isa, enum tensor_type t, size_t n)
     size_t wrb = nbytes(t, n) + W_PAD, arb = nbytes(at, n) + A_PAD;
 
     unsigned char *w = make_weights(t, n, wrb);
-    unsigned char *a = xmalloc(MAX_TOK * arb);
+    unsigned char *a = t_xmalloc(MAX_TOK * arb);
     memset(a, 0xcd, MAX_TOK * arb);
-    float *x = xmalloc(n * sizeof(float));
-    float *wd = xmalloc(ROWS * n * sizeof(float));        /* dequantized weights (ROWS, n) */
-    float *ad = xmalloc(MAX_TOK * n * sizeof(float));     /* dequantized activations (MAX_TOK, n) */
-    float *ref = xmalloc(MAX_TOK * ROWS * sizeof(float)); /* scalar reference (MAX_TOK, ROWS) */
-    double *tol = xmalloc(MAX_TOK * ROWS * sizeof(double));
-    float *y = xmalloc(MAX_TOK * Y_STRIDE * sizeof(float));
+    float *x = t_xmalloc(n * sizeof(float));
+    float *wd = t_xmalloc(ROWS * n * sizeof(float));        /* dequantized weights (ROWS, n) */
+    float *ad = t_xmalloc(MAX_TOK * n * sizeof(float));     /* dequantized activations (MAX_TOK, n) */
+    float *ref = t_xmalloc(MAX_TOK * ROWS * sizeof(float)); /* scalar reference (MAX_TOK, ROWS) */
+    double *tol = t_xmalloc(MAX_TOK * ROWS * sizeof(double));
+    float *y = t_xmalloc(MAX_TOK * Y_STRIDE * sizeof(float));
 
     for (size_t j = 0; j < MAX_TOK; j++) {
         fill_acts(x, n, (int)j);
@@ -258,8 +249,8 @@ static void test_dots(enum cpu_isa isa)
 static void test_quantize_q8_0(enum cpu_isa max_isa)
 {
     enum { N = 32 * 40 };
-    float *x = xmalloc(N * sizeof(float)), *back = xmalloc(N * sizeof(float));
-    unsigned char *q_ref = xmalloc(N / 32 * 34), *q = xmalloc(N / 32 * 34);
+    float *x = t_xmalloc(N * sizeof(float)), *back = t_xmalloc(N * sizeof(float));
+    unsigned char *q_ref = t_xmalloc(N / 32 * 34), *q = t_xmalloc(N / 32 * 34);
     for (int round = 0; round < 20; round++) {
         fill_acts(x, N, round);
         if (round == 0) {
@@ -489,8 +480,8 @@ static void test_bf16(void)
 static void test_rows(enum cpu_isa max_isa)
 {
     enum { N = 65536 + 13 };
-    uint16_t *h = xmalloc(N * 2), *h2 = xmalloc(N * 2), *href = xmalloc(N * 2);
-    float *f = xmalloc(N * 4), *fref = xmalloc(N * 4);
+    uint16_t *h = t_xmalloc(N * 2), *h2 = t_xmalloc(N * 2), *href = t_xmalloc(N * 2);
+    float *f = t_xmalloc(N * 4), *fref = t_xmalloc(N * 4);
     for (uint32_t i = 0; i < N; i++) h[i] = (uint16_t)(i < 65536 ? i : rnd_u64());
     for (uint32_t i = 0; i < N; i++) f[i] = bits_f32(i & 1 ? (uint32_t)rnd_u64() : ((uint32_t)rnd_u64() & 0x8fffffffu) | 0x30000000u);
     for (int isa = 0; isa <= (int)max_isa; isa++) {

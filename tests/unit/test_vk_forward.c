@@ -190,20 +190,7 @@ static void check_selection(void)
 int main(int argc, char **argv)
 {
     (void)argc;
-#if defined(__SANITIZE_ADDRESS__)
-    if (!getenv("ATTND_VK_TEST_NOLEAK")) {
-        char opts[512];
-        const char *old_opts = getenv("ASAN_OPTIONS");
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", old_opts ? old_opts : "", old_opts && *old_opts ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-        setenv("ATTND_VK_TEST_NOLEAK", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("execv /proc/self/exe");
-        return 1;
-    }
-#else
-    (void)argv;
-#endif
+    if (t_vk_no_leak_check(argv)) return 1;
     setenv("ATTND_VK_VALIDATION", "1", 0);
     double t0 = now_s();
     check_selection();

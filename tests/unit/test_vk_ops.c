@@ -51,15 +51,6 @@ static int g_light; /* second pass: a subset (every pipeline is compiled again f
 
 #define SENTINEL 12345.0f
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static uint64_t g_rng;
 static void seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
@@ -172,10 +163,10 @@ static void wmat_init(struct wmat *m, enum tensor_type t, uint32_t n, uint32_t n
     m->off = off;
     m->row_bytes = type_row_bytes(t, n) + row_pad;
     m->bytes = ((off + (size_t)n_rows * m->row_bytes + 3) & ~(size_t)3) + 8;
-    m->data = xmalloc(m->bytes);
+    m->data = t_xmalloc(m->bytes);
     memset(m->data, 0xA5, m->bytes);
-    m->deq = xmalloc((size_t)n_rows * n * sizeof(float));
-    float *row = xmalloc((size_t)n * sizeof(float));
+    m->deq = t_xmalloc((size_t)n_rows * n * sizeof(float));
+    float *row = t_xmalloc((size_t)n * sizeof(float));
     for (uint32_t r = 0; r < n_rows; r++) {
         unsigned char *p = m->data + off + (size_t)r * m->row_bytes;
         fill_rnd(row, n, scale);
@@ -226,7 +217,7 @@ static void check_get_rows(enum tensor_type t, uint32_t d, size_t off, size_t ro
     wmat_init(&m, t, d, n_table, off, row_pad, 2.0f);
     int32_t idx[3 + 6] = {-1, -1, -1, 4, 0, 8, 4, 1, 7};
     const size_t dst_n = dst_off + (size_t)n * d + 3;
-    float *out = xmalloc(dst_n * sizeof(float));
+    float *out = t_xmalloc(dst_n * sizeof(float));
     fill_val(out, dst_n, SENTINEL);
     struct vkb_buffer *bw = mkbuf(m.data, m.bytes), *bi = mkbuf(idx, sizeof idx), *bd = mkbuf(out, dst_n * 4);
     char what[96];
@@ -274,7 +265,7 @@ static void check_rmsnorm(uint32_t n_rows, uint32_t d, int in_place)
     const size_t x_off = 3, w_off = 5, o_off = in_place ? x_off : 7;
     const size_t xn = x_off + (size_t)n_rows * d + 2, wn = w_off + d, on = o_off + (size_t)n_rows * d + 2;
     const float eps = 1e-6f;
-    float *x = xmalloc(xn * 4), *w = xmalloc(wn * 4), *out = xmalloc((in_place ? xn : on) * 4);
+    float *x = t_xmalloc(xn * 4), *w = t_xmalloc(wn * 4), *out = t_xmalloc((in_place ? xn : on) * 4);
     seed(200 + d);
     fill_val(x, xn, SENTINEL);
     fill_rnd(x + x_off, (size_t)n_rows * d, 3.0f);
@@ -365,7 +356,7 @@ static void check_matmul(enum tensor_type t, uint32_t n_in, uint32_t n_out, uint
     seed(1000 + 7 * t + n_in + 3 * n_out + 11 * n_tok);
     wmat_init(&m, t, n_in, n_out, w_off, row_pad, 1.0f);
     const size_t xn = x_off + (size_t)n_tok * n_in, yn = y_off + (size_t)n_tok * n_out + 5, bn = b_off + n_out;
-    float *x = xmalloc(xn * 4), *y = xmalloc(yn * 4), *bias = xmalloc(bn * 4);
+    float *x = t_xmalloc(xn * 4), *y = t_xmalloc(yn * 4), *bias = t_xmalloc(bn * 4);
     fill_rnd(x, xn, 2.0f);
     fill_rnd(bias, bn, 1.0f);
     fill_val(y, yn, SENTINEL);
@@ -446,7 +437,7 @@ static void perf_matmul(void)
         struct wmat m;
         seed(77 + c);
         wmat_init(&m, t, n_in, n_out, 0, 0, 1.0f);
-        float *x = xmalloc((size_t)nt * n_in * 4), *y = xmalloc((size_t)nt * n_out * 4);
+        float *x = t_xmalloc((size_t)nt * n_in * 4), *y = t_xmalloc((size_t)nt * n_out * 4);
         fill_rnd(x, (size_t)nt * n_in, 1.0f);
         struct vkb_buffer *bw = mkbuf(m.data, m.bytes), *bx = mkbuf(x, (size_t)nt * n_in * 4),
                           *by = mkbuf(NULL, (size_t)nt * n_out * 4);
@@ -487,7 +478,7 @@ static void check_rope(uint32_t n_tok, uint32_t n_heads, uint32_t head_dim, uint
     const size_t x_off = 7, cs_off = 5, row = (size_t)n_heads * head_dim;
     const size_t xn = x_off + n_tok * row + 3, csn = cs_off + (size_t)n_tok * n_rot;
     const uint32_t half = n_rot / 2;
-    float *x = xmalloc(xn * 4), *cs = xmalloc(csn * 4), *out = xmalloc(xn * 4);
+    float *x = t_xmalloc(xn * 4), *cs = t_xmalloc(csn * 4), *out = t_xmalloc(xn * 4);
     seed(300 + head_dim + n_rot + (uint32_t)neox);
     fill_val(x, xn, SENTINEL);
     fill_rnd(x + x_off, n_tok * row, 4.0f);
@@ -552,7 +543,7 @@ static void test_rope(void)
 static void check_binary(int swiglu, uint32_t n)
 {
     const size_t a_off = 3, b_off = 6, an = a_off + n + 5, bn = b_off + n;
-    float *a = xmalloc(an * 4), *b = xmalloc(bn * 4), *out = xmalloc(an * 4);
+    float *a = t_xmalloc(an * 4), *b = t_xmalloc(bn * 4), *out = t_xmalloc(an * 4);
     seed(400 + n + (uint32_t)swiglu);
     fill_val(a, an, SENTINEL);
     fill_rnd(a + a_off, n, 10.0f);
@@ -613,9 +604,9 @@ static void check_kv_write(int f16, uint32_t n_tok, uint32_t n_head_kv, uint32_t
     const size_t esz = f16 ? 2 : 4, pool_bytes = (size_t)n_blocks * block_stride * esz;
     const size_t src_off = 3, slot_off = 2, row = (size_t)n_head_kv * head_dim;
     const size_t srcn = src_off + n_tok * row;
-    float *src = xmalloc(srcn * 4);
-    int32_t *slots = xmalloc((slot_off + n_tok) * 4);
-    unsigned char *pool = xmalloc(pool_bytes), *want = xmalloc(pool_bytes), *got = xmalloc(pool_bytes);
+    float *src = t_xmalloc(srcn * 4);
+    int32_t *slots = t_xmalloc((slot_off + n_tok) * 4);
+    unsigned char *pool = t_xmalloc(pool_bytes), *want = t_xmalloc(pool_bytes), *got = t_xmalloc(pool_bytes);
     seed(500 + (uint32_t)f16 + head_dim);
     fill_rnd(src, srcn, 8.0f);
     /* f16 rounding corner cases: ties (to even), a subnormal, overflow, tiny */
@@ -695,7 +686,7 @@ static void test_chain(void)
     seed(600);
     wmat_init(&table, TENSOR_F32, d, vocab, 0, 0, 1.0f);
     wmat_init(&w, TENSOR_Q8_0, d, n_out, 0, 0, 1.0f);
-    float *norm_w = xmalloc(d * 4), *x = xmalloc(n_tok * d * 4);
+    float *norm_w = t_xmalloc(d * 4), *x = t_xmalloc(n_tok * d * 4);
     fill_rnd(norm_w, d, 1.0f);
     const int32_t ids[3] = {10, 2, 10};
     struct vkb_buffer *bt = mkbuf(table.data, table.bytes), *bw = mkbuf(w.data, w.bytes), *bn = mkbuf(norm_w, d * 4),
@@ -841,42 +832,14 @@ static int run_all(void)
 int main(int argc, char **argv)
 {
     (void)argc;
-#if defined(__SANITIZE_ADDRESS__)
-    /* lavapipe or the validation layer leaks from a library it unloads: leak checking off for
-     * this test only, through a re-exec because ASAN_OPTIONS is read at start-up. */
-    if (!getenv("ATTND_VK_TEST_NOLEAK")) {
-        const char *old_opts = getenv("ASAN_OPTIONS");
-        char opts[512];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", old_opts ? old_opts : "", old_opts && *old_opts ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-        setenv("ATTND_VK_TEST_NOLEAK", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("execv /proc/self/exe");
-        return 1;
-    }
-#endif
+    if (t_vk_no_leak_check(argv)) return 1;
     const int child = getenv("LP_NATIVE_VECTOR_WIDTH") != NULL;
     g_light = child;
     int rc = run_all();
     if (child) return rc;
-    /* second pass: lavapipe with 128-bit vectors (subgroup size 4 instead of 8) */
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (pid == 0) {
-        setenv("LP_NATIVE_VECTOR_WIDTH", "128", 1);
-        setenv("ATTND_VK_OPS_GPU_SHADERS", "1", 1); /* the GPU matrix shaders, on lavapipe */
-        execv("/proc/self/exe", argv);
-        perror("execv /proc/self/exe");
-        _exit(1);
-    }
-    int ws = 0;
-    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        fprintf(stderr, "test_vk_ops: the LP_NATIVE_VECTOR_WIDTH=128 pass failed\n");
-        return 1;
-    }
+    /* second pass: lavapipe with 128-bit vectors (subgroup size 4 instead of 8), and the GPU
+     * matrix shaders instead of op_matmul_lanes.comp */
+    static const char *const env[] = {"LP_NATIVE_VECTOR_WIDTH", "128", "ATTND_VK_OPS_GPU_SHADERS", "1", NULL};
+    if (t_rerun_with_env(argv, env, "test_vk_ops: the LP_NATIVE_VECTOR_WIDTH=128 pass")) return 1;
     return rc;
 }
