@@ -1,15 +1,16 @@
 /* fa2_lanes.glsl - FlashAttention-2 for CPU Vulkan devices (lavapipe): prefill chunks and split
- * decode steps in one shader, included by fa2_lanes.comp (uvec4 loads) and fa2_lanes64.comp
- * (FA2_INT64: u64vec4 loads, for devices with shaderInt64) (one pipeline per head_dim, group size and pool type: compiling is
- * slow on lavapipe). fa2_prefill/fa2_decode.comp (fa2_core.glsl, shared-memory tiles) are the
+ * decode steps in one shader, included by fa2_lanes.comp (pools as storage buffers, uvec4 loads)
+ * and fa2_lanes_tex.comp (FA2_TEX: pools as uniform texel buffers, texelFetch of uvec4 texels,
+ * which lavapipe serves from its vectorised sampler path, about 3x faster here) (one pipeline per
+ * head_dim, group size and pool type: compiling is slow on lavapipe). fa2_prefill/fa2_decode.comp (fa2_core.glsl, shared-memory tiles) are the
  * variant for GPUs.
  *
  * Why a second variant: llvmpipe runs the invocations of a subgroup as SIMD lanes, but every
  * storage-buffer or shared-memory access inside a loop becomes a scalar loop over the lanes that
  * round-trips each component through the stack (Mesa 22.3). So the cost is in the loads, not in
  * arithmetic: here nothing goes through shared memory, every K/V row is read exactly once with
- * the widest loads available (uvec4: 8 halves or 4 floats per trip of the loop over the lanes;
- * with FA2_INT64 u64vec4: 16 halves or 8 floats, and half the components per trip), and each lane keeps GR query rows (heads
+ * 16-byte loads (uvec4: 8 halves or 4 floats; texel fetches with FA2_TEX), and each lane keeps
+ * GR query rows (heads
  * of one GQA group) and their outputs in registers so that one K/V row feeds GR dot products.
  * No barriers, no subgroup operations.
  *
@@ -29,7 +30,7 @@
  * NIR does for these short loops; a dynamically indexed array would live in scratch memory.
  * The only loop left is the key loop: the host keeps the keys one lane walks under llvmpipe's loop
  * limit of 65535 iterations (lanes_cap in vk_fa2.c), and guarantees that D and the block stride
- * are multiples of 8 elements (FA2_INT64 with f16 pools: of 16), so rows start on a load unit.
+ * are multiples of 8 elements, so rows start on a load unit.
  * Keep the push-constant block in sync with struct vkb_fa2_push in vk_fa2.c. */
 #extension GL_EXT_control_flow_attributes : enable
 
@@ -42,11 +43,7 @@ layout(local_size_x_id = 3) in;
 
 #define TILE 16u
 const uint DC = D / 8u;               /* chunks of 8 elements per row */
-#ifdef FA2_INT64
-const uint EPU = KVF16 != 0u ? 16u : 8u; /* elements per load unit (u64vec4) */
-#else
 const uint EPU = KVF16 != 0u ? 8u : 4u;  /* elements per load unit (uvec4) */
-#endif
 const float NEG_BIG = -3.0e38;        /* a masked score */
 const float M_START = -1.7e38;        /* -FLT_MAX / 2: the running max before any key */
 
@@ -62,12 +59,15 @@ layout(push_constant) uniform Push {
 } pc;
 
 layout(std430, binding = 0) readonly buffer Qb { float qbuf[]; };
-#ifdef FA2_INT64
-layout(std430, binding = 1) readonly buffer Kb { u64vec4 kpool[]; };
-layout(std430, binding = 2) readonly buffer Vb { u64vec4 vpool[]; };
+#ifdef FA2_TEX
+/* R32G32B32A32_UINT views of the pools (vkb_pipeline_create_texel): one texel = one uvec4 */
+layout(binding = 1) uniform usamplerBuffer kpool;
+layout(binding = 2) uniform usamplerBuffer vpool;
+#define FETCH(pool, i) texelFetch(pool, int(i))
 #else
 layout(std430, binding = 1) readonly buffer Kb { uvec4 kpool[]; };
 layout(std430, binding = 2) readonly buffer Vb { uvec4 vpool[]; };
+#define FETCH(pool, i) pool[i]
 #endif
 layout(std430, binding = 3) readonly buffer Bt { int btab[]; };
 /* per sequence: q_off (floats into q and out), n_q, pos0, bt_off */
@@ -75,43 +75,22 @@ layout(std430, binding = 4) readonly buffer Sq { int seqinfo[]; };
 layout(std430, binding = 5) readonly buffer It { int items[]; };
 layout(std430, binding = 6) writeonly buffer Ob { float obuf[]; };
 
-#ifdef FA2_INT64
-#define H4(u, x, i)                                                                             \
-    {                                                                                           \
-        const vec2 lo = unpackHalf2x16(uint(u)), hi = unpackHalf2x16(uint((u) >> 32));          \
-        x[i] = lo.x; x[(i) + 1] = lo.y; x[(i) + 2] = hi.x; x[(i) + 3] = hi.y;                   \
-    }
-#define F2(u, x, i) x[i] = uintBitsToFloat(uint(u)); x[(i) + 1] = uintBitsToFloat(uint((u) >> 32));
-/* The 8 elements of chunk c of the row that starts at unit r (f16: one u64vec4 holds chunks c
- * and c + 1, loaded at even c into w, which the unrolled loop keeps in registers). */
-#define LOAD8(pool, r, c, x)                                                                    \
-    if (KVF16 != 0u) {                                                                          \
-        if ((c) % 2u == 0u) w = pool[(r) + (c) / 2u];                                           \
-        if ((c) % 2u == 0u) { H4(w.x, x, 0) H4(w.y, x, 4) } else { H4(w.z, x, 0) H4(w.w, x, 4) } \
-    } else {                                                                                    \
-        w = pool[(r) + (c)];                                                                    \
-        F2(w.x, x, 0) F2(w.y, x, 2) F2(w.z, x, 4) F2(w.w, x, 6)                                 \
-    }
-#define LOAD_UNIT u64vec4 w
-#else
 /* The 8 elements of chunk c of the row that starts at uvec4 r. */
 #define LOAD8(pool, r, c, x)                                                                    \
     if (KVF16 != 0u) {                                                                          \
-        uvec4 w = pool[(r) + (c)];                                                              \
+        uvec4 w = FETCH(pool, (r) + (c));                                                              \
         vec2 h0 = unpackHalf2x16(w.x), h1 = unpackHalf2x16(w.y);                                \
         vec2 h2 = unpackHalf2x16(w.z), h3 = unpackHalf2x16(w.w);                                \
         x[0] = h0.x; x[1] = h0.y; x[2] = h1.x; x[3] = h1.y;                                     \
         x[4] = h2.x; x[5] = h2.y; x[6] = h3.x; x[7] = h3.y;                                     \
     } else {                                                                                    \
-        uvec4 w0 = pool[(r) + 2u * (c)], w1 = pool[(r) + 2u * (c) + 1u];                        \
+        uvec4 w0 = FETCH(pool, (r) + 2u * (c)), w1 = FETCH(pool, (r) + 2u * (c) + 1u);                        \
         x[0] = uintBitsToFloat(w0.x); x[1] = uintBitsToFloat(w0.y);                             \
         x[2] = uintBitsToFloat(w0.z); x[3] = uintBitsToFloat(w0.w);                             \
         x[4] = uintBitsToFloat(w1.x); x[5] = uintBitsToFloat(w1.y);                             \
         x[6] = uintBitsToFloat(w1.z); x[7] = uintBitsToFloat(w1.w);                             \
     }
 
-#define LOAD_UNIT
-#endif
 
 /* Applies M(g, c) for the rows g = 0..3 of one chunk (those with g >= GR fold away). */
 #define ROWS4(M, c) M(0u, c) M(1u, c) M(2u, c) M(3u, c)
@@ -178,7 +157,6 @@ void main()
         const uint kc = min(key, key_end - 1u); /* a stored key: loads stay in bounds, never NaN */
         const uint row = uint(btab[bt_off + kc / TILE]) * rows_per_block + (kv_row + kc % TILE) * (D / EPU);
         s[0] = 0.0; s[1] = 0.0; s[2] = 0.0; s[3] = 0.0;
-        LOAD_UNIT;
         [[unroll]] for (uint c = 0u; c < DC; c++) { float x[8]; LOAD8(kpool, row, c, x) ROWS4(QK_ROW, c) }
         for (uint g = 0u; g < GR; g++) {
             const float sc = ok ? s[g] : NEG_BIG;

@@ -39,6 +39,7 @@ struct vkb_buffer {
     VkDeviceMemory mem;
     size_t size;
     void *map; /* non-NULL when host-visible and coherent */
+    VkBufferView view; /* R32G32B32A32_UINT view for texel bindings, made on first use */
 };
 
 struct vkb_pipeline {
@@ -46,6 +47,7 @@ struct vkb_pipeline {
     VkPipelineLayout layout;
     VkPipeline pipeline;
     uint32_t n_bindings, push_bytes;
+    uint32_t texel_mask; /* bindings declared as uniform texel buffers */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -236,6 +238,7 @@ static void query_limits(struct vkb_device *d)
     o->max_shared_bytes = l->maxComputeSharedMemorySize;
     o->subgroup_size = sg.subgroupSize;
     o->max_storage_range = l->maxStorageBufferRange;
+    o->max_texel_elements = l->maxTexelBufferElements;
     for (int i = 0; i < 3; i++) {
         o->max_wg_size[i] = l->maxComputeWorkGroupSize[i];
         o->max_wg_count[i] = l->maxComputeWorkGroupCount[i];
@@ -335,12 +338,13 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
     d->xfer = cbs[1];
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VK_TRY(vkCreateFence(d->device, &fci, NULL, &d->fence));
-    const VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                     .descriptorCount = VKB_MAX_SETS * VKB_MAX_BINDINGS};
+    const VkDescriptorPoolSize ps[2] = {
+        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = VKB_MAX_SETS * VKB_MAX_BINDINGS},
+        {.type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, .descriptorCount = VKB_MAX_SETS * VKB_MAX_BINDINGS}};
     const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                             .maxSets = VKB_MAX_SETS,
-                                            .poolSizeCount = 1,
-                                            .pPoolSizes = &ps};
+                                            .poolSizeCount = 2,
+                                            .pPoolSizes = ps};
     VK_TRY(vkCreateDescriptorPool(d->device, &dpi, NULL, &d->desc_pool));
     if (o.timestamps && d->timestamp_mask && d->timestamp_period > 0) {
         const VkQueryPoolCreateInfo qpi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -440,14 +444,15 @@ err:
 attnd_status vkb_buffer_create(struct vkb_device *d, size_t bytes, struct vkb_buffer **out)
 {
     return buffer_make(d, bytes, 0,
-                       VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                           VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                       VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
+                           VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                        out);
 }
 
 void vkb_buffer_destroy(struct vkb_device *d, struct vkb_buffer *b)
 {
     if (!b) return;
+    if (b->view) vkDestroyBufferView(d->device, b->view, NULL);
     if (b->map) vkUnmapMemory(d->device, b->mem);
     if (b->buf) vkDestroyBuffer(d->device, b->buf, NULL);
     if (b->mem) vkFreeMemory(d->device, b->mem, NULL);
@@ -521,6 +526,13 @@ attnd_status vkb_buffer_read(struct vkb_device *d, struct vkb_buffer *b, size_t 
 attnd_status vkb_pipeline_create(struct vkb_device *d, const uint32_t *spv, size_t spv_bytes, uint32_t n_bindings,
                                  uint32_t push_bytes, const uint32_t *spec, uint32_t n_spec, struct vkb_pipeline **out)
 {
+    return vkb_pipeline_create_texel(d, spv, spv_bytes, n_bindings, 0, push_bytes, spec, n_spec, out);
+}
+
+attnd_status vkb_pipeline_create_texel(struct vkb_device *d, const uint32_t *spv, size_t spv_bytes,
+                                       uint32_t n_bindings, uint32_t texel_mask, uint32_t push_bytes,
+                                       const uint32_t *spec, uint32_t n_spec, struct vkb_pipeline **out)
+{
     attnd_status st = ATTND_OK;
     VkShaderModule mod = VK_NULL_HANDLE;
     VkSpecializationMapEntry ent[16];
@@ -532,10 +544,13 @@ attnd_status vkb_pipeline_create(struct vkb_device *d, const uint32_t *spv, size
     if (!p) return fail(ATTND_ERR_NOMEM, "out of memory");
     p->n_bindings = n_bindings;
     p->push_bytes = push_bytes;
+    p->texel_mask = texel_mask;
     VkDescriptorSetLayoutBinding bind[VKB_MAX_BINDINGS];
     for (uint32_t i = 0; i < n_bindings; i++)
         bind[i] = (VkDescriptorSetLayoutBinding){.binding = i,
-                                                 .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                 .descriptorType = (texel_mask >> i & 1u)
+                                                                       ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                                       : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                  .descriptorCount = 1,
                                                  .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     const VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
@@ -634,6 +649,23 @@ attnd_status vkb_dispatch(struct vkb_device *d, struct vkb_pipeline *p, struct v
                                       .descriptorCount = 1,
                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &bi[i]};
+        if (p->texel_mask >> i & 1u) {
+            struct vkb_buffer *b = bufs[i];
+            if (!b->view) {
+                size_t texels = b->size / 16;
+                if (texels > d->lim.max_texel_elements) texels = d->lim.max_texel_elements;
+                if (!texels) return fail(ATTND_ERR_INVALID, "a texel binding needs at least 16 bytes");
+                const VkBufferViewCreateInfo vci = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                                                    .buffer = b->buf,
+                                                    .format = VK_FORMAT_R32G32B32A32_UINT,
+                                                    .offset = 0,
+                                                    .range = texels * 16};
+                VK_TRY(vkCreateBufferView(d->device, &vci, NULL, &b->view));
+            }
+            w[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+            w[i].pBufferInfo = NULL;
+            w[i].pTexelBufferView = &b->view;
+        }
     }
     vkUpdateDescriptorSets(d->device, n_bufs, w, 0, NULL);
     vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipeline);

@@ -46,6 +46,7 @@ struct vkb_limits {
     int has_f16_storage;            /* storageBuffer16BitAccess (not required: shaders unpack halves) */
     int has_timestamps;             /* timestamps enabled and supported */
     int has_int64;                  /* shaderInt64 supported, and enabled on the device */
+    uint32_t max_texel_elements;    /* maxTexelBufferElements (texels of a texel-buffer view) */
 };
 
 /* Creates the device. opts may be NULL (all defaults: auto device, validation from the
@@ -82,6 +83,14 @@ attnd_status vkb_buffer_read(struct vkb_device *dev, struct vkb_buffer *buf, siz
  * constants, spec[i] (4-byte values) given to constant_id i for i < n_spec. */
 attnd_status vkb_pipeline_create(struct vkb_device *dev, const uint32_t *spv, size_t spv_bytes, uint32_t n_bindings,
                                  uint32_t push_bytes, const uint32_t *spec, uint32_t n_spec, struct vkb_pipeline **out);
+/* The same, with the bindings whose bit is set in texel_mask declared as uniform texel buffers
+ * (GLSL `uniform usamplerBuffer`, read with texelFetch) instead of storage buffers: the buffer
+ * bound there is seen through an R32G32B32A32_UINT view (16 bytes a texel, made on first use,
+ * covering min(size / 16, max_texel_elements) texels). A CPU device (lavapipe) fetches texels
+ * through its vectorised sampler path, about 10x cheaper than lane-divergent storage loads. */
+attnd_status vkb_pipeline_create_texel(struct vkb_device *dev, const uint32_t *spv, size_t spv_bytes,
+                                       uint32_t n_bindings, uint32_t texel_mask, uint32_t push_bytes,
+                                       const uint32_t *spec, uint32_t n_spec, struct vkb_pipeline **out);
 void vkb_pipeline_destroy(struct vkb_device *dev, struct vkb_pipeline *p); /* NULL: no-op */
 
 /* ---- recording and submitting ---- */

@@ -6,12 +6,13 @@
  *   lanes (fa2_lanes.glsl, prefill and decode in one shader): no shared memory, one K/V row per
  *     lane read with the widest loads, a GQA group's query rows in registers. For CPU devices
  *     (lavapipe), where every memory access costs a scalar loop over the SIMD lanes; also needs
- *     head_dim and the block stride (in elements) to be multiples of 8. fa2_lanes64.comp (u64vec4
- *     loads: half the load components of fa2_lanes.comp's uvec4) when the device has shaderInt64
- *     and, for F16 pools, both are multiples of 16; else fa2_lanes.comp.
+ *     head_dim and the block stride (in elements) to be multiples of 8. fa2_lanes_tex.comp reads
+ *     the K/V pools as uniform texel buffers (texelFetch of 16-byte texels, which lavapipe runs
+ *     through its vectorised sampler path: about 3x faster decode than storage loads) when a
+ *     layer's pool fits the device's maxTexelBufferElements; else fa2_lanes.comp (uvec4 loads).
  * Split decode (either family) writes partial (O, m, l) rows that fa2_reduce.comp combines.
  * $ATTND_VK_FA2_TILES=1 forces the tile shaders (to test the GPU path on lavapipe);
- * $ATTND_VK_FA2_NO_INT64=1 forces fa2_lanes.comp over fa2_lanes64.comp (to test it). */
+ * $ATTND_VK_FA2_NO_TEXEL=1 forces fa2_lanes.comp over fa2_lanes_tex.comp (to test it). */
 #include "kernels/vulkan/vk_fa2.h"
 
 #include <assert.h>
@@ -21,7 +22,7 @@
 
 #include "spv_fa2_decode.h"
 #include "spv_fa2_lanes.h"
-#include "spv_fa2_lanes64.h"
+#include "spv_fa2_lanes_tex.h"
 #include "spv_fa2_prefill.h"
 #include "spv_fa2_reduce.h"
 
@@ -54,7 +55,7 @@ static_assert(sizeof(struct vkb_fa2_reduce_push) == 16 && sizeof(struct vkb_fa2_
 /* llvmpipe ends a shader invocation after 65535 loop iterations in total; keep a margin. */
 #define LOOP_BUDGET (65535u - 4096u)
 
-enum { K_PREFILL, K_DECODE, K_REDUCE, K_LANES, K_LANES64 };
+enum { K_PREFILL, K_DECODE, K_REDUCE, K_LANES, K_LANES_TEX };
 
 struct pipe_entry {
     int kind;
@@ -67,7 +68,7 @@ struct vkb_fa2 {
     struct pipe_entry pipes[N_PIPES];
     int n_pipes;
     int tiles_only; /* $ATTND_VK_FA2_TILES=1 */
-    int no_int64;   /* $ATTND_VK_FA2_NO_INT64=1 */
+    int no_texel;   /* $ATTND_VK_FA2_NO_TEXEL=1 */
 };
 
 attnd_status vkb_fa2_create(struct vkb_device *dev, struct vkb_fa2 **out)
@@ -77,8 +78,8 @@ attnd_status vkb_fa2_create(struct vkb_device *dev, struct vkb_fa2 **out)
     (*out)->dev = dev;
     const char *e = getenv("ATTND_VK_FA2_TILES");
     (*out)->tiles_only = e && strcmp(e, "1") == 0;
-    e = getenv("ATTND_VK_FA2_NO_INT64");
-    (*out)->no_int64 = e && strcmp(e, "1") == 0;
+    e = getenv("ATTND_VK_FA2_NO_TEXEL");
+    (*out)->no_texel = e && strcmp(e, "1") == 0;
     return ATTND_OK;
 }
 
@@ -123,11 +124,13 @@ static attnd_status get_pipe(struct vkb_fa2 *f, int kind, const uint32_t spec[5]
     case K_PREFILL: spv = spv_fa2_prefill, spv_bytes = sizeof spv_fa2_prefill; break;
     case K_DECODE: spv = spv_fa2_decode, spv_bytes = sizeof spv_fa2_decode; break;
     case K_LANES: spv = spv_fa2_lanes, spv_bytes = sizeof spv_fa2_lanes; break;
-    case K_LANES64: spv = spv_fa2_lanes64, spv_bytes = sizeof spv_fa2_lanes64; break;
+    case K_LANES_TEX: spv = spv_fa2_lanes_tex, spv_bytes = sizeof spv_fa2_lanes_tex; break;
     default: spv = spv_fa2_reduce, spv_bytes = sizeof spv_fa2_reduce, n_bind = 3, n_spec = 2; break;
     }
     struct vkb_pipeline *p = NULL;
-    attnd_status st = vkb_pipeline_create(f->dev, spv, spv_bytes, n_bind, push, spec, n_spec, &p);
+    /* the texel variant reads the K and V pools (bindings 1 and 2) as uniform texel buffers */
+    attnd_status st = vkb_pipeline_create_texel(f->dev, spv, spv_bytes, n_bind, kind == K_LANES_TEX ? 6u : 0u, push,
+                                                spec, n_spec, &p);
     if (st != ATTND_OK) return st;
     struct pipe_entry *e = &f->pipes[f->n_pipes++];
     e->kind = kind;
@@ -219,7 +222,7 @@ static attnd_status ensure_buf(struct vkb_fa2_plan *p, int i, size_t bytes)
 /* The shape of one step: validated arguments and the work decomposition. */
 struct shape {
     int D, G, H, Hkv, lanes, kv_f16;
-    int lanes64;        /* lanes: fa2_lanes64.comp */
+    int lanes_tex;      /* lanes: fa2_lanes_tex.comp */
     size_t esz, stride; /* bytes */
     uint32_t rows_pre, rows_dec; /* tiles: query rows per workgroup */
     uint32_t wg, gr, n_gc;       /* lanes: lanes per workgroup, heads per lane, head chunks */
@@ -262,7 +265,7 @@ static attnd_status get_shape(struct vkb_fa2 *f, const struct fa2_args *a, struc
         if (wg > 16) wg = 16;
         if (wg > lim->max_wg_invocations) wg = lim->max_wg_invocations;
         sh->wg = wg;
-        sh->lanes64 = lim->has_int64 && !f->no_int64 && (!sh->kv_f16 || (D % 16 == 0 && (stride / esz) % 16 == 0));
+        sh->lanes_tex = !f->no_texel && pool_bytes / 16 <= lim->max_texel_elements;
         sh->n_gc = (uint32_t)((G + MAX_GR - 1) / MAX_GR);
         sh->gr = (uint32_t)((G + (int)sh->n_gc - 1) / (int)sh->n_gc);
         sh->cap_pre = lanes_cap(wg, 0);
@@ -387,7 +390,7 @@ attnd_status vkb_fa2_plan_build(struct vkb_fa2_plan *p, const struct fa2_args *a
     p->pp = p->pd = p->pr = NULL;
     if (sh.lanes) {
         const uint32_t spec[5] = {(uint32_t)sh.D, (uint32_t)sh.G, sh.gr, sh.wg, (uint32_t)sh.kv_f16};
-        if ((sh.n_pre || sh.n_dec) && (st = get_pipe(f, sh.lanes64 ? K_LANES64 : K_LANES, spec, &p->pp))) return st;
+        if ((sh.n_pre || sh.n_dec) && (st = get_pipe(f, sh.lanes_tex ? K_LANES_TEX : K_LANES, spec, &p->pp))) return st;
         p->pd = p->pp; /* one shader for both */
     } else {
         const uint32_t sp[5] = {(uint32_t)sh.D, (uint32_t)sh.G, sh.rows_pre, TPR, sh.rows_pre * TPR};

@@ -68,11 +68,11 @@ attnd_status vkb_fa2_record(struct vkb_fa2_plan *p, struct vkb_buffer *q, size_t
  * when no batch that uses it is in flight.
  *
  * Shaders: on a CPU device (lavapipe) the lanes shader when head_dim and the block stride (in
- * elements) are multiples of 8: fa2_lanes64.comp (64-bit loads) when the device has shaderInt64
- * (vkb_limits.has_int64) and, for F16 pools, both are multiples of 16, else fa2_lanes.comp; else
- * and on GPUs the shared-memory tile shaders (fa2_prefill/fa2_decode.comp).
- * $ATTND_VK_FA2_TILES=1 at vkb_fa2_create() forces the tile shaders, $ATTND_VK_FA2_NO_INT64=1
- * fa2_lanes.comp over fa2_lanes64.comp. Pipelines are compiled in vkb_fa2_plan_build (on lavapipe seconds per new head_dim /
+ * elements) are multiples of 8: fa2_lanes_tex.comp (the pools read as uniform texel buffers)
+ * when a layer's pool fits vkb_limits.max_texel_elements 16-byte texels, else fa2_lanes.comp;
+ * otherwise and on GPUs the shared-memory tile shaders (fa2_prefill/fa2_decode.comp).
+ * $ATTND_VK_FA2_TILES=1 at vkb_fa2_create() forces the tile shaders, $ATTND_VK_FA2_NO_TEXEL=1
+ * fa2_lanes.comp over fa2_lanes_tex.comp. Pipelines are compiled in vkb_fa2_plan_build (on lavapipe seconds per new head_dim /
  * group size / pool type) and cached in the vkb_fa2. */
 
 #endif

@@ -14,8 +14,8 @@
  * Runs once with lavapipe's default settings, then re-executes itself with
  * LP_NATIVE_VECTOR_WIDTH=128 (subgroup size 4 instead of 8 on lavapipe) on a subset: head dim 64
  * with GQA 1 and head dim 128 with GQA 7 (every pipeline is compiled again for it), and with
- * ATTND_VK_FA2_NO_INT64=1, so that the first pass covers fa2_lanes64.comp (lavapipe has
- * shaderInt64) and this one fa2_lanes.comp; on a GPU only the first pass runs. ATTND_VK_VALIDATION=0 turns validation off (bench/gpu-check.sh, on a
+ * ATTND_VK_FA2_NO_TEXEL=1, so that the first pass covers fa2_lanes_tex.comp (texel-buffer
+ * pools) and this one fa2_lanes.comp; on a GPU only the first pass runs. ATTND_VK_VALIDATION=0 turns validation off (bench/gpu-check.sh, on a
  * machine without the layer). No Vulkan device is a FAIL: lavapipe
  * (mesa-vulkan-drivers) is a build dependency.
  *
@@ -405,7 +405,7 @@ int main(int argc, char **argv)
     }
     if (pid == 0) {
         setenv("LP_NATIVE_VECTOR_WIDTH", "128", 1);
-        setenv("ATTND_VK_FA2_NO_INT64", "1", 1); /* the uvec4 lanes shader too */
+        setenv("ATTND_VK_FA2_NO_TEXEL", "1", 1); /* the storage-buffer lanes shader too */
         execv("/proc/self/exe", argv);
         perror("execv /proc/self/exe");
         _exit(1);
