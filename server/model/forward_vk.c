@@ -1,13 +1,8 @@
 /* forward_vk.c - one forward step on a Vulkan device (see forward_vk.h). */
 #include "forward_vk.h"
 
-#include <stdio.h>
-
-#if 1 /* ATTND_VKF_READY */
-
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,22 +580,3 @@ out:
     pthread_mutex_unlock(e->lockp);
     return st;
 }
-
-#else /* TEMPORARY while the ops land: no Vulkan forward */
-attnd_status vkf_create(const struct model *m, int device_index, int n_batch, const double *rope_inv_freq,
-                        bool need_gpu, struct vkf **out, char *why, size_t why_n)
-{
-    *out = NULL;
-    snprintf(why, why_n, "the Vulkan forward pass is not built");
-    return ATTND_ERR_UNSUPPORTED;
-}
-void vkf_destroy(struct vkf *v) { (void)v; }
-const char *vkf_device_name(const struct vkf *v) { return ""; }
-bool vkf_device_is_cpu(const struct vkf *v) { return false; }
-unsigned vkf_validation_errors(const struct vkf *v) { return 0; }
-attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs, int T,
-                            const int32_t *pos, const struct vkf_probe *probe)
-{
-    return ATTND_ERR_UNSUPPORTED;
-}
-#endif
