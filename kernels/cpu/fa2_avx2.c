@@ -10,16 +10,20 @@
  *   2. Online softmax per row, in registers: keys a row must not see (diagonal tile only) get
  *      -inf by a select, m' = max(m, rowmax S), P = exp(S - m') with a polynomial exp,
  *      alpha = exp(m - m') (skipped while the max does not move), l = alpha l + rowsum P.
- *   3. O = alpha O + P V, register block R rows x NV vectors of head_dim, O kept in the output
- *      rows themselves, P broadcast from a 256-byte buffer.
+ *   3. O = alpha O + P V, register block R rows x NV vectors of head_dim (R NV <= 12), O kept
+ *      in the output rows themselves, P broadcast from a 256-byte buffer. With NV < R (4 rows x
+ *      3 vectors) the NV V vectors stay in registers and the broadcasts stream, else the other
+ *      way round: 7 loads per 12 FMAs instead of 6 per 8, loads being what bounds this loop.
  * F16 is converted once per tile for the whole group: with more than 4 rows into an f32 buffer
  * that every row block reads; with 4 rows or fewer (a decode step with GQA <= 4) on the fly,
  * since one row block then covers every row. Keys at or past the last visible one are never read
  * by step 3; in step 1 their scores are computed and replaced by -inf before any use.
  *
  * K/V tiles sit in scattered physical blocks the hardware prefetcher cannot follow, so the
- * tile FA2_PREFETCH_TILES ahead is requested while this one is computed, one cache line per
- * inner-loop step (a burst of a whole tile's prefetches does not overlap with the arithmetic). */
+ * tile FA2_PREFETCH_TILES ahead is requested while this one is computed: each step-1 block
+ * requests the K and V rows of its own keys there, a few lines per block, so the requests spread
+ * over the tile (a burst of a whole tile's prefetches does not overlap with the arithmetic) and
+ * no inner loop carries a per-line test. */
 #include "kernels/cpu/fa2.h"
 
 #include <float.h>
@@ -35,7 +39,7 @@
 /* Register blocks are arrays indexed by constant loops: unrolled fully, they become registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define FA2_PREFETCH_TILES 2 /* tiles of K and V requested ahead of the one being computed */
+#define FA2_PREFETCH_TILES 4 /* tiles of K and V requested ahead of the one being computed */
 
 /* ================================================================ helpers */
 
@@ -97,11 +101,11 @@ INLINE __m256 ld8(const unsigned char *p, int f16)
     return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
 }
 
-/* Requests the line at p + off when off starts a cache line (p is 64-byte aligned in practice;
- * otherwise this still covers every line but one). */
-INLINE void prefetch_at(const unsigned char *p, size_t off)
+/* Requests the n bytes at p (p is 64-byte aligned in practice; otherwise this covers every line
+ * but the last). */
+INLINE void prefetch_bytes(const unsigned char *p, size_t n)
 {
-    if (p && (off & 63) == 0) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
+    for (size_t off = 0; off < n; off += 64) _mm_prefetch((const char *)(p + off), _MM_HINT_T0);
 }
 
 /* ================================================================ one tile, R rows */
@@ -124,19 +128,20 @@ struct rowstate {
 
 /* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
  * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
-INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const unsigned char *kt,
-                       const unsigned char *pf, size_t krow, int j0)
+INLINE __m256 qk_block(int R, int KJ, int f16, const float *qs, int D, const struct tile *t, size_t krow, int j0)
 {
     const size_t esz = f16 ? 2 : 4;
+    /* the same KJ K and V rows of the later tile: a few requests per block, none in the loops */
+    if (t->pk) prefetch_bytes(t->pk + (size_t)j0 * krow, KJ * krow);
+    if (t->pv) prefetch_bytes(t->pv + (size_t)j0 * krow, KJ * krow);
     __m256 acc[8];
     UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    const unsigned char *kt = t->k + (size_t)j0 * krow;
     for (int d = 0; d < D; d += 8) {
         __m256 q[4];
         UNROLL for (int r = 0; r < R; r++) q[r] = _mm256_loadu_ps(qs + (size_t)r * D + d);
         UNROLL for (int c = 0; c < KJ; c++) {
-            const size_t off = (size_t)(j0 + c) * krow + (size_t)d * esz;
-            prefetch_at(pf, off);
-            const __m256 kv = ld8(kt + off, f16);
+            const __m256 kv = ld8(kt + (size_t)c * krow + (size_t)d * esz, f16);
             UNROLL for (int r = 0; r < R; r++) acc[r * KJ + c] = _mm256_fmadd_ps(q[r], kv, acc[r * KJ + c]);
         }
     }
@@ -150,13 +155,13 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t
 {
     const size_t krow = (size_t)D * (f16 ? 2 : 4);
     if (R == 1) {
-        s[0][0] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 0);
-        s[0][1] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 8);
+        s[0][0] = qk_block(1, 8, f16, qs, D, t, krow, 0);
+        s[0][1] = qk_block(1, 8, f16, qs, D, t, krow, 8);
     } else if (R == 2) {
         UNROLL for (int h = 0; h < 2; h++) {
             /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
-            const __m256 a = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h);
-            const __m256 b = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h + 4);
+            const __m256 a = qk_block(2, 4, f16, qs, D, t, krow, 8 * h);
+            const __m256 b = qk_block(2, 4, f16, qs, D, t, krow, 8 * h + 4);
             s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
             s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
         }
@@ -165,7 +170,7 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t
             /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
             __m256d x[4];
             UNROLL for (int p = 0; p < 4; p++)
-                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t->k, t->pk, krow, 8 * h + 2 * p));
+                x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t, krow, 8 * h + 2 * p));
             const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
             const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
             const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
@@ -196,14 +201,22 @@ INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, 
                 acc[r][v] = _mm256_loadu_ps(o[r] + d + 8 * v);
         }
     }
-    for (int k = 0; k < t->nk; k++) {
-        __m256 p[4];
-        UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
-        UNROLL for (int v = 0; v < NV; v++) {
-            const size_t off = (size_t)k * vrow + (size_t)(d + 8 * v) * esz;
-            prefetch_at(t->pv, off);
-            const __m256 vv = ld8(t->v + off, f16);
-            UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
+    const unsigned char *vt = t->v + (size_t)d * esz;
+    for (int k = 0; k < t->nk; k++, vt += vrow) {
+        if (NV < R) { /* hold the NV V vectors, stream the R broadcasts: R NV + NV + 1 registers */
+            __m256 vv[8];
+            UNROLL for (int v = 0; v < NV; v++) vv[v] = ld8(vt + (size_t)v * 8 * esz, f16);
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256 p = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
+                UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(p, vv[v], acc[r][v]);
+            }
+        } else { /* hold the R broadcasts, stream V: R NV + R + 1 registers */
+            __m256 p[4];
+            UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
+            UNROLL for (int v = 0; v < NV; v++) {
+                const __m256 vv = ld8(vt + (size_t)v * 8 * esz, f16);
+                UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
+            }
         }
     }
     UNROLL for (int r = 0; r < R; r++)
@@ -256,7 +269,7 @@ INLINE void tile_rows(int R, int f16, int D, const float *qs, const struct tile 
         _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
         alpha[r] = _mm256_cvtss_f32(al);
     }
-    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : 2, f16, D, t, P, o, alpha, rescale); /* R x NV accumulators */
+    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 3, f16, D, t, P, o, alpha, rescale); /* R NV <= 12 accumulators */
 }
 
 /* ================================================================ the job */
@@ -336,15 +349,18 @@ void fa2_avx2_job(const struct fa2_job *j)
             pv = j->v + poff;
         }
         if (buffered) {
-            /* the whole K tile (scores of invisible keys are masked), the visible V rows */
+            /* the whole K tile (scores of invisible keys are masked), the visible V rows; the later
+             * tile's K and V lines are requested during the conversion (step 1 reads the f32 copy) */
             for (int i = 0; i < FA2_BLOCK * D; i += 8) {
-                prefetch_at(pk, 2 * (size_t)i);
+                if (pk && i % 32 == 0) {
+                    _mm_prefetch((const char *)pk + 2 * (size_t)i, _MM_HINT_T0);
+                    _mm_prefetch((const char *)pv + 2 * (size_t)i, _MM_HINT_T0);
+                }
                 _mm256_store_ps(kt + i, ld8(t.k + 2 * (size_t)i, 1));
             }
             for (int i = 0; i < t.nk * D; i += 8) _mm256_store_ps(vt + i, ld8(t.v + 2 * (size_t)i, 1));
             t.k = (const unsigned char *)kt;
             t.v = (const unsigned char *)vt;
-            t.pv = pv; /* pk was requested during the conversion; pv while the first block runs */
         } else {
             t.pk = pk;
             t.pv = pv;
