@@ -11,6 +11,7 @@
  * which shows the kernel when no other process competes for the cores). */
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -63,10 +64,17 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-/* A K and a V pool of n_blocks F16 blocks with random values. */
+/* A K and a V pool of n_blocks F16 blocks with random values, in huge pages where the kernel
+ * gives them, as the KV cache's pools are (kvcache.c). */
 static uint16_t *make_pool(size_t n_halves)
 {
-    uint16_t *p = xmalloc(n_halves * sizeof(uint16_t));
+    const size_t huge = 2u << 20, bytes = (n_halves * sizeof(uint16_t) + huge - 1) / huge * huge;
+    uint16_t *p = aligned_alloc(huge, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_fa2: out of memory\n");
+        exit(1);
+    }
+    madvise(p, bytes, MADV_HUGEPAGE);
     for (size_t i = 0; i < n_halves; i++) p[i] = cpu_f32_to_f16(rnd_sym());
     return p;
 }
