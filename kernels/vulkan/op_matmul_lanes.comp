@@ -7,8 +7,16 @@
  * storage-buffer or shared-memory load becomes a scalar loop over the lanes (Mesa 22.3), so the
  * cost is the number of load instructions, not arithmetic (see fa2_lanes.comp). Here every lane
  * computes whole dot products on its own: no shared memory, no subgroup operations, no
- * barriers; weights and activations are read 16 bytes per load (uvec4 / vec4 views of the
- * bindings), and one weight row feeds TT tokens, one activation chunk RR rows.
+ * barriers; weights and activations are read 16 bytes per load, and one weight row feeds TT
+ * tokens, one activation chunk RR rows.
+ *
+ * Texel reads (TEX = 1, the variant vk_ops.c uses whenever the bindings fit a texel-buffer view):
+ * the 16-byte loads of weights and activations are texelFetch()es of uniform texel buffers
+ * (bindings 4 and 5: R32G32B32A32_UINT views of the buffers at bindings 0 and 1, made by
+ * vkb_pipeline_create_texel), which llvmpipe serves from its vectorised sampler path instead of
+ * a per-lane loop of scalar loads (about 10x cheaper a byte). TEX = 0 reads the uvec4 / vec4
+ * storage views instead (buffers over maxTexelBufferElements texels). Both variants declare all
+ * six bindings; specialisation removes the unused reads.
  *
  * Layout: invocation (lane) g of the row-group grid (workgroups on a 2-D grid (x, y) read as one
  * linear index, 64 lanes each) computes rows RR*g .. RR*g + RR-1 for tokens TT*z .. TT*z + TT-1
@@ -19,13 +27,14 @@
  * Unaligned 16-byte reads: a trip's bytes of a row (or floats of an activation row) start at
  * any byte (float) offset, so the shader loads the NU uvec4 that cover them and shifts the words
  * into place with selects (cheap: arithmetic). Loads past the end of a binding are never issued:
- * indices are clamped to the last whole uvec4, and the few words after it (a buffer size that is
- * not a multiple of 16) come through the second, 32-bit view of the same binding, read once per
- * invocation. Elements past n_in (the last trip) are zeroed by selects, weights and activations
+ * indices are clamped to the last whole uvec4 (texel fetches too: out-of-range texels are
+ * undefined without robustBufferAccess), and the few words after it (a buffer size that is not a
+ * multiple of 16, outside the texel view too) come through the 32-bit storage view of the same
+ * binding, read once per invocation. Elements past n_in (the last trip) are zeroed by selects, weights and activations
  * both (garbage there could be NaN). The host guarantees every binding holds at least 16 bytes.
  *
  * Specialisation constants: 0 the weight type (WT_* in op_common.glsl), 1 TT (tokens per lane),
- * 2 RR (rows per lane). The push block is the one of op_matvec.comp (struct vkb_matmul_push in
+ * 2 RR (rows per lane), 3 TEX (1: texel reads, see above). The push block is the one of op_matvec.comp (struct vkb_matmul_push in
  * vk_ops.c), n_groups = (n_out + RR - 1) / RR. */
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
@@ -33,6 +42,7 @@
 layout(constant_id = 0) const uint WT = 0u;
 layout(constant_id = 1) const uint TT = 1u; /* tokens per lane, 1..4 */
 layout(constant_id = 2) const uint RR = 8u; /* rows per lane, 1..8 */
+layout(constant_id = 3) const uint TEX = 1u; /* 1: weights and activations through texel fetches */
 layout(local_size_x = 64) in;
 #define K 64u /* elements per trip */
 
@@ -46,13 +56,17 @@ layout(push_constant) uniform Push {
     uint pad0, pad1;
 } pc;
 
-/* two views of each input binding: 16-byte loads, and 32-bit ones for a buffer's last words */
+/* three views of each input: 16-byte storage loads (TEX = 0), 16-byte texel fetches (TEX = 1:
+ * bindings 4 and 5, the same buffers as 0 and 1), and 32-bit storage loads for a buffer's last
+ * words */
 layout(std430, binding = 0) readonly buffer Wb { uint wbuf[]; };
 layout(std430, binding = 0) readonly buffer Wb4 { uvec4 wbuf4[]; };
 layout(std430, binding = 1) readonly buffer Xb { float xbuf[]; };
 layout(std430, binding = 1) readonly buffer Xb4 { vec4 xbuf4[]; };
 layout(std430, binding = 2) readonly buffer Bb { float bbuf[]; };
 layout(std430, binding = 3) writeonly buffer Yb { float ybuf[]; };
+layout(binding = 4) uniform usamplerBuffer wtex;
+layout(binding = 5) uniform usamplerBuffer xtex;
 
 #include "op_common.glsl"
 
@@ -69,13 +83,23 @@ vec4 x_tail;
 
 uvec4 wld4(uint i)
 {
-    uvec4 v = wbuf4[min(i, w_n4 - 1u)];
+    uint c = min(i, w_n4 - 1u);
+    uvec4 v;
+    if (TEX != 0u)
+        v = texelFetch(wtex, int(c));
+    else
+        v = wbuf4[c];
     return i < w_n4 ? v : i == w_n4 ? w_tail : uvec4(0u);
 }
 
 vec4 xld4(uint i)
 {
-    vec4 v = xbuf4[min(i, x_n4 - 1u)];
+    uint c = min(i, x_n4 - 1u);
+    vec4 v;
+    if (TEX != 0u)
+        v = uintBitsToFloat(texelFetch(xtex, int(c)));
+    else
+        v = xbuf4[c];
     return i < x_n4 ? v : i == x_n4 ? x_tail : vec4(0.0);
 }
 
@@ -149,6 +173,7 @@ void main()
     if (g >= pc.n_groups) return; /* no barriers below */
     uint r0 = g * RR, t0 = gl_WorkGroupID.z * TT;
 
+    /* TEX: the host uses texel reads only when the views cover every whole uvec4 */
     w_n4 = uint(wbuf4.length());
     uint wt = 4u * w_n4, wl = uint(wbuf.length()) - 1u; /* >= 4 words: the host checks */
     w_tail = uvec4(wbuf[min(wt, wl)], wbuf[min(wt + 1u, wl)], wbuf[min(wt + 2u, wl)], wbuf[min(wt + 3u, wl)]);

@@ -117,7 +117,9 @@ struct vkb_ops {
     struct vkb_device *dev;
     struct vkb_pipeline *get_rows, *rmsnorm, *rope, *add, *swiglu, *kv_write;
     struct vkb_pipeline *matvec[N_WT], *matmul[N_WT];
-    struct vkb_pipeline *lanes[N_WT][2]; /* op_matmul_lanes.comp (CPU devices): [wt][n_tok > 1] */
+    /* op_matmul_lanes.comp (CPU devices): [wt][n_tok > 1][texel reads]; the storage-read variant
+     * only for buffers too large for a texel view (or $ATTND_VK_OPS_NO_TEXEL=1) */
+    struct vkb_pipeline *lanes[N_WT][2][2];
 };
 
 /* op_matmul_lanes.comp specialisations: rows and tokens per lane, for n_tok == 1 and n_tok > 1.
@@ -125,6 +127,11 @@ struct vkb_ops {
  * tokens: each weight row feeds 4 tokens, each activation chunk 4 rows (measured best on
  * lavapipe among 1-8 x 1-4). */
 static const uint32_t lanes_rows[2] = {8, 4}, lanes_tok[2] = {1, 4};
+
+/* op_matmul_lanes.comp bindings: w, x, bias, y as storage buffers, then w and x again as uniform
+ * texel buffers (read by the TEX = 1 variant; both variants declare all six) */
+#define LANES_BINDINGS 6u
+#define LANES_TEXEL_MASK 0x30u
 
 attnd_status vkb_ops_create(struct vkb_device *dev, struct vkb_ops **out)
 {
@@ -145,8 +152,7 @@ void vkb_ops_destroy(struct vkb_ops *o)
     for (int i = 0; i < N_WT; i++) {
         vkb_pipeline_destroy(o->dev, o->matvec[i]);
         vkb_pipeline_destroy(o->dev, o->matmul[i]);
-        vkb_pipeline_destroy(o->dev, o->lanes[i][0]);
-        vkb_pipeline_destroy(o->dev, o->lanes[i][1]);
+        for (int j = 0; j < 4; j++) vkb_pipeline_destroy(o->dev, o->lanes[i][j / 2][j % 2]);
     }
     free(o);
 }
@@ -174,13 +180,17 @@ static attnd_status pipe_matmul(struct vkb_ops *o, int wt, int tiled, struct vkb
     return st;
 }
 
-/* The op_matmul_lanes.comp pipeline for weight type wt and n_tok > 1 (multi = 1) or 1 (0). */
-static attnd_status pipe_lanes(struct vkb_ops *o, int wt, int multi, struct vkb_pipeline **out)
+/* The op_matmul_lanes.comp pipeline for weight type wt, n_tok > 1 (multi = 1) or 1 (0), with
+ * texel (tex = 1) or storage (0) reads of weights and activations. */
+static attnd_status pipe_lanes(struct vkb_ops *o, int wt, int multi, int tex, struct vkb_pipeline **out)
 {
-    const uint32_t spec[3] = {(uint32_t)wt, lanes_tok[multi], lanes_rows[multi]};
-    attnd_status st = pipe(o, &o->lanes[wt][multi], spv_op_matmul_lanes, sizeof spv_op_matmul_lanes, 4,
-                           sizeof(struct vkb_matmul_push), spec, 3);
-    *out = o->lanes[wt][multi];
+    struct vkb_pipeline **slot = &o->lanes[wt][multi][tex];
+    const uint32_t spec[4] = {(uint32_t)wt, lanes_tok[multi], lanes_rows[multi], (uint32_t)tex};
+    attnd_status st = ATTND_OK;
+    if (!*slot)
+        st = vkb_pipeline_create_texel(o->dev, spv_op_matmul_lanes, sizeof spv_op_matmul_lanes, LANES_BINDINGS,
+                                       LANES_TEXEL_MASK, sizeof(struct vkb_matmul_push), spec, 4, slot);
+    *out = *slot;
     return st;
 }
 
@@ -205,6 +215,15 @@ static int use_lanes(const struct vkb_ops *o)
     return vkb_device_limits(o->dev)->is_cpu && !(e && e[0] == '1');
 }
 
+/* 1 when op_matmul_lanes.comp may read buf through a texel view: the view (at most
+ * max_texel_elements texels of 16 bytes) covers every whole 16 bytes of it. $ATTND_VK_OPS_NO_TEXEL=1
+ * forces the storage reads (for tests). */
+static int texel_ok(const struct vkb_ops *o, const struct vkb_buffer *buf)
+{
+    const char *e = getenv("ATTND_VK_OPS_NO_TEXEL");
+    return !(e && e[0] == '1') && vkb_buffer_size(buf) / 16 <= vkb_device_limits(o->dev)->max_texel_elements;
+}
+
 attnd_status vkb_ops_prepare(struct vkb_ops *o, const enum tensor_type *types, int n_types)
 {
     if (!o || n_types < 0 || (n_types && !types)) return ATTND_ERR_INVALID;
@@ -221,7 +240,7 @@ attnd_status vkb_ops_prepare(struct vkb_ops *o, const enum tensor_type *types, i
     for (int i = 0; i < n_types; i++) {
         struct vkb_pipeline *p;
         const int wt = wt_of(types[i]);
-        if (cpu ? (st = pipe_lanes(o, wt, 0, &p)) || (st = pipe_lanes(o, wt, 1, &p))
+        if (cpu ? (st = pipe_lanes(o, wt, 0, 1, &p)) || (st = pipe_lanes(o, wt, 1, 1, &p))
                 : (st = pipe_matmul(o, wt, 0, &p)) || (st = pipe_matmul(o, wt, 1, &p)))
             return st;
     }
@@ -338,6 +357,7 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
     /* CPU devices: op_matmul_lanes.comp (tiny bindings, which it cannot read, excepted) */
     const int lanes = use_lanes(o) && vkb_buffer_size(w) >= LANES_MIN_BYTES &&
                       vkb_buffer_size(x) >= LANES_MIN_BYTES;
+    const int tex = lanes && texel_ok(o, w) && texel_ok(o, x);
     const int tiled = n_tok > MATVEC_MAX_TOK, multi = n_tok > 1;
     const uint32_t rows = lanes ? lanes_rows[multi] : tiled ? TILE_ROWS : MATVEC_ROWS;
     const uint32_t toks = lanes ? lanes_tok[multi] : tiled ? TILE_TOK : MATVEC_TOK;
@@ -346,7 +366,7 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
     if ((st = grid(o, lanes ? (groups + LANES_WG - 1) / LANES_WG : groups, &gx, &gy))) return st;
     if (gz > vkb_device_limits(o->dev)->max_wg_count[2]) return ATTND_ERR_RANGE;
     struct vkb_pipeline *p;
-    if ((st = lanes ? pipe_lanes(o, wt, multi, &p) : pipe_matmul(o, wt, tiled, &p))) return st;
+    if ((st = lanes ? pipe_lanes(o, wt, multi, tex, &p) : pipe_matmul(o, wt, tiled, &p))) return st;
     const struct vkb_matmul_push pc = {.n_in = n_in,
                                        .n_out = n_out,
                                        .n_tok = n_tok,
@@ -357,9 +377,9 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
                                        .bias_off = bias ? (uint32_t)bias_off : 0,
                                        .has_bias = bias != NULL,
                                        .n_groups = groups};
-    /* without a bias, y stands in for the unused binding */
-    struct vkb_buffer *b[4] = {w, x, bias ? bias : y, y};
-    return vkb_dispatch(o->dev, p, b, 4, &pc, gx, gy, gz);
+    /* without a bias, y stands in for the unused binding; the lanes shader sees w and x twice */
+    struct vkb_buffer *b[LANES_BINDINGS] = {w, x, bias ? bias : y, y, w, x};
+    return vkb_dispatch(o->dev, p, b, lanes ? LANES_BINDINGS : 4, &pc, gx, gy, gz);
 }
 
 attnd_status vkb_op_rope(struct vkb_ops *o, struct vkb_buffer *x, size_t x_off, struct vkb_buffer *cs, size_t cs_off,

@@ -66,8 +66,11 @@ attnd_status vkb_op_rmsnorm(struct vkb_ops *ops, struct vkb_buffer *x, size_t x_
 /* y (n_tok, n_out) = x (n_tok, n_in) · Wᵀ (+ bias (n_out), when bias != NULL), rows of y n_out
  * apart (dense), rows of x n_in apart. W as described above (type, row_bytes, starting at byte
  * w_off). On GPUs: a matrix-vector shader for small n_tok (<= 8: op_matvec.comp), a tiled shader
- * otherwise (op_matmul.comp). On CPU devices (lavapipe, which runs every lane-divergent load as a
- * loop over the lanes): op_matmul_lanes.comp, whole dot products per lane with 16-byte loads
+ * otherwise (op_matmul.comp). On CPU devices (lavapipe, which runs every lane-divergent storage
+ * load as a loop over the lanes): op_matmul_lanes.comp, whole dot products per lane with 16-byte
+ * texel fetches of w and x (uniform texel buffer views, served by lavapipe's vectorised sampler
+ * path), or 16-byte storage loads when w or x is too large for a texel view (more than
+ * max_texel_elements * 16 bytes; $ATTND_VK_OPS_NO_TEXEL=1 forces these, for tests)
  * ($ATTND_VK_OPS_GPU_SHADERS=1 forces the GPU shaders there, for tests). n_in must be a multiple of 32 for Q8_0/Q4_0 (any n_in for
  * F32/F16/BF16). bias_off is ignored without a bias. */
 attnd_status vkb_op_matmul(struct vkb_ops *ops, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,

@@ -5,7 +5,8 @@
  * elements; padded rows; odd byte offsets for Q8_0/Q4_0); rmsnorm (d 7, 896, 4864; in place);
  * matmul for every weight type with n_in 32, 96, 896, 4864 (and 37, 100 for plain types: a
  * partial last chunk), odd n_out, n_tok 1, 3, 8 (GPU: matrix-vector shader) and 33, 100 (GPU: tiled
- * shader), bias on and off, non-zero offsets for every operand; rope, both pair layouts, with
+ * shader), bias on and off, non-zero offsets for every operand (on a CPU device: texel reads, and
+ * a few cases with ATTND_VK_OPS_NO_TEXEL=1 for the storage-read variant); rope, both pair layouts, with
  * n_rot = head_dim and n_rot < head_dim; add; swiglu; kv_write into shuffled slots of F16 and
  * F32 pools with a padded block stride (F16 rounding checked bit for bit, ties and subnormals
  * included); a chain of ops in one batch (barriers); bad arguments. Every output buffer starts
@@ -408,6 +409,15 @@ static void test_matmul(void)
     if (!g_light) { /* bindings under 16 bytes: on a CPU device the GPU shaders (the lanes one reads uvec4) */
         check_matmul(TENSOR_F32, 3, 5, 1, 1, 0); /* x: 12 bytes */
         check_matmul(TENSOR_F16, 2, 1, 9, 1, 0); /* w: 12 bytes with wmat's padding */
+    }
+    if (!g_light) { /* CPU device: the lanes shader's storage reads, its variant for buffers over a
+                     * texel view's size (too large to test here) */
+        setenv("ATTND_VK_OPS_NO_TEXEL", "1", 1);
+        check_matmul(TENSOR_Q8_0, 4864, 5, 1, 0, 1);
+        check_matmul(TENSOR_Q8_0, 896, 67, 33, 1, 1);
+        check_matmul(TENSOR_F32, 37, 9, 1, 1, 1);
+        check_matmul(TENSOR_F16, 100, 70, 33, 1, 1);
+        unsetenv("ATTND_VK_OPS_NO_TEXEL");
     }
 }
 
