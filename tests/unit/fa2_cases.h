@@ -23,15 +23,6 @@ static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1.0p-53; }
 
 static float rnd_sym(void) { return (float)(2.0 * rnd_unit() - 1.0); }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static void fill_nan(float *x, size_t n)
 {
@@ -94,7 +85,7 @@ static void batch_init(struct batch *b, int D, int n_head_kv, int group, enum te
     int need = 0;
     for (int s = 0; s < n_seqs; s++) need += (defs[s].pos0 + defs[s].n_q + FA2_BLOCK - 1) / FA2_BLOCK;
     b->n_blocks = need + 3 + (int)(rnd_u64() % 5);
-    int *perm = xmalloc((size_t)b->n_blocks * sizeof(int));
+    int *perm = t_xmalloc((size_t)b->n_blocks * sizeof(int));
     for (int i = 0; i < b->n_blocks; i++) perm[i] = i;
     for (int i = b->n_blocks - 1; i > 0; i--) {
         int j = (int)(rnd_u64() % (uint64_t)(i + 1));
@@ -104,8 +95,8 @@ static void batch_init(struct batch *b, int D, int n_head_kv, int group, enum te
     }
 
     const size_t pool_bytes = (size_t)b->n_blocks * b->block_stride;
-    b->k = xmalloc(pool_bytes);
-    b->v = xmalloc(pool_bytes);
+    b->k = t_xmalloc(pool_bytes);
+    b->v = t_xmalloc(pool_bytes);
     if (kvt == TENSOR_F16) {
         const uint16_t nanh = 0x7e00;
         for (size_t i = 0; i < pool_bytes / 2; i++) {
@@ -117,24 +108,24 @@ static void batch_init(struct batch *b, int D, int n_head_kv, int group, enum te
         fill_nan((float *)b->v, pool_bytes / 4);
     }
 
-    b->seqs = xmalloc((size_t)n_seqs * sizeof *b->seqs);
-    b->def = xmalloc((size_t)n_seqs * sizeof *b->def);
-    b->qv = xmalloc((size_t)n_seqs * sizeof *b->qv);
-    b->ref = xmalloc((size_t)n_seqs * sizeof *b->ref);
-    b->kv_off = xmalloc((size_t)n_seqs * sizeof *b->kv_off);
+    b->seqs = t_xmalloc((size_t)n_seqs * sizeof *b->seqs);
+    b->def = t_xmalloc((size_t)n_seqs * sizeof *b->def);
+    b->qv = t_xmalloc((size_t)n_seqs * sizeof *b->qv);
+    b->ref = t_xmalloc((size_t)n_seqs * sizeof *b->ref);
+    b->kv_off = t_xmalloc((size_t)n_seqs * sizeof *b->kv_off);
     size_t kv_total = 0;
     for (int s = 0; s < n_seqs; s++) {
         b->kv_off[s] = kv_total;
         kv_total += (size_t)(defs[s].pos0 + defs[s].n_q) * n_head_kv * D;
     }
-    b->kf = xmalloc(kv_total * sizeof(float));
-    b->vf = xmalloc(kv_total * sizeof(float));
+    b->kf = t_xmalloc(kv_total * sizeof(float));
+    b->vf = t_xmalloc(kv_total * sizeof(float));
 
     int next = 0;
     for (int s = 0; s < n_seqs; s++) {
         const struct seqdef *sd = &defs[s];
         const int len = sd->pos0 + sd->n_q, nb = (len + FA2_BLOCK - 1) / FA2_BLOCK;
-        int32_t *bt = xmalloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
+        int32_t *bt = t_xmalloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
         for (int i = 0; i < nb; i++) bt[i] = perm[next++];
         /* keys and values, f16-rounded: the reference sees exactly what the pool holds */
         float *kf = b->kf + b->kv_off[s], *vf = b->vf + b->kv_off[s]; /* (len, n_head_kv, D) */
@@ -149,15 +140,15 @@ static void batch_init(struct batch *b, int D, int n_head_kv, int group, enum te
                     store_kv(b, b->v, off, vf[i]);
                 }
         const size_t nqf = (size_t)sd->n_q * b->n_head * D;
-        float *q = xmalloc(nqf * sizeof(float));
+        float *q = t_xmalloc(nqf * sizeof(float));
         for (size_t i = 0; i < nqf; i++) q[i] = cpu_f16_to_f32(cpu_f32_to_f16(rnd_sym()));
         b->qv[s] = q;
         b->def[s] = *sd;
         b->seqs[s] = (struct fa2_seq){.q = q, .out = NULL, .n_q = sd->n_q, .pos0 = sd->pos0, .block_table = bt};
 
         /* float64 reference: plain softmax over keys 0..pos0+i */
-        double *ref = xmalloc((nqf ? nqf : 1) * sizeof(double));
-        double *w = xmalloc((size_t)(len ? len : 1) * sizeof(double));
+        double *ref = t_xmalloc((nqf ? nqf : 1) * sizeof(double));
+        double *w = t_xmalloc((size_t)(len ? len : 1) * sizeof(double));
         for (int i = 0; i < sd->n_q; i++) {
             for (int h = 0; h < b->n_head; h++) {
                 const int kvh = h / group, nk = sd->pos0 + i + 1;

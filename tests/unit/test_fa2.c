@@ -47,10 +47,10 @@ static void static_reduce_cb(void *arg, int ith, int nth) { fa2_reduce(arg, ith,
  * (a copy of it). Returns the number of bad sequences. */
 static int run_check(struct batch *b, enum mode mode, int threads, int n_split, int in_place, const char *tag)
 {
-    float **out = xmalloc((size_t)b->n_seqs * sizeof *out);
+    float **out = t_xmalloc((size_t)b->n_seqs * sizeof *out);
     for (int s = 0; s < b->n_seqs; s++) {
         const size_t n = (size_t)b->def[s].n_q * b->n_head * b->D;
-        out[s] = xmalloc(n * sizeof(float));
+        out[s] = t_xmalloc(n * sizeof(float));
         if (in_place)
             memcpy(out[s], b->qv[s], n * sizeof(float));
         else
@@ -73,7 +73,7 @@ static int run_check(struct batch *b, enum mode mode, int threads, int n_split, 
         .n_split = n_split,
     };
     const size_t ns = fa2_scratch_floats(&a);
-    float *scratch = ns ? xmalloc(ns * sizeof(float)) : NULL;
+    float *scratch = ns ? t_xmalloc(ns * sizeof(float)) : NULL;
     if (scratch) fill_nan(scratch, ns);
     a.scratch = scratch;
     if (mode == M_REF) {

@@ -55,10 +55,10 @@ static struct vkb_fa2 *g_fa2;
  * checks it. Returns the number of bad sequences. */
 static int run_check(struct batch *b, int n_split, int in_place, const char *tag)
 {
-    float **out = xmalloc((size_t)b->n_seqs * sizeof *out);
+    float **out = t_xmalloc((size_t)b->n_seqs * sizeof *out);
     for (int s = 0; s < b->n_seqs; s++) {
         const size_t n = (size_t)b->def[s].n_q * b->n_head * b->D;
-        out[s] = xmalloc(n * sizeof(float));
+        out[s] = t_xmalloc(n * sizeof(float));
         if (in_place)
             memcpy(out[s], b->qv[s], n * sizeof(float));
         else
@@ -208,7 +208,7 @@ static void test_plan_record(struct vkb_fa2 *fa2, const struct combo *cb, const 
     const size_t qoff[2] = {37, 37 + T * row + 5}, ooff[2] = {11, 11 + T * row + 3};
     const size_t qn = qoff[1] + T * row + 2, on = ooff[1] + T * row + 1;
     const size_t pool_bytes = (size_t)b.n_blocks * b.block_stride;
-    unsigned char *v2 = xmalloc(pool_bytes);
+    unsigned char *v2 = t_xmalloc(pool_bytes);
     memcpy(v2, b.v, pool_bytes);
     for (size_t i = 0; i < pool_bytes / b.esz; i++) {
         if (b.kv_type == TENSOR_F16) {
@@ -223,7 +223,7 @@ static void test_plan_record(struct vkb_fa2 *fa2, const struct combo *cb, const 
             memcpy(v2 + 4 * i, &x, 4);
         }
     }
-    float *qh = xmalloc(qn * sizeof(float)), *oh = xmalloc(on * sizeof(float));
+    float *qh = t_xmalloc(qn * sizeof(float)), *oh = t_xmalloc(on * sizeof(float));
     fill_nan(qh, qn);
     fill_nan(oh, on);
     for (int layer = 0; layer < 2; layer++)
@@ -286,7 +286,7 @@ static void test_plan_record(struct vkb_fa2 *fa2, const struct combo *cb, const 
                 isnan(oh[on - 1]),
             "%s: writes outside the out rows", what);
     {
-        float **outs = xmalloc((size_t)b.n_seqs * sizeof *outs);
+        float **outs = t_xmalloc((size_t)b.n_seqs * sizeof *outs);
         char tag[96];
         for (int layer = 0; layer < 2; layer++) {
             for (int s = 0, t = 0; s < b.n_seqs; t += b.def[s].n_q, s++) outs[s] = oh + ooff[layer] + (size_t)t * row;
@@ -377,43 +377,14 @@ static int run_all(void)
 int main(int argc, char **argv)
 {
     (void)argc;
-#if defined(__SANITIZE_ADDRESS__)
-    /* lavapipe or the validation layer leaks 128 bytes from a library it unloads (LeakSanitizer
-     * cannot even name it): leak checking off for this test only, through a re-exec because
-     * ASAN_OPTIONS is read at start-up. ASan's other checks stay on. */
-    if (!getenv("ATTND_VK_TEST_NOLEAK")) {
-        const char *old_opts = getenv("ASAN_OPTIONS");
-        char opts[512];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", old_opts ? old_opts : "", old_opts && *old_opts ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-        setenv("ATTND_VK_TEST_NOLEAK", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("execv /proc/self/exe");
-        return 1;
-    }
-#endif
+    if (t_vk_no_leak_check(argv)) return 1;
     const int child = getenv("LP_NATIVE_VECTOR_WIDTH") != NULL;
     g_light = child;
     int rc = run_all();
     if (child || !g_is_cpu) return rc;
-    /* second pass: lavapipe with 128-bit vectors (subgroup size 4 instead of 8) */
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (pid == 0) {
-        setenv("LP_NATIVE_VECTOR_WIDTH", "128", 1);
-        setenv("ATTND_VK_FA2_NO_TEXEL", "1", 1); /* the storage-buffer lanes shader too */
-        execv("/proc/self/exe", argv);
-        perror("execv /proc/self/exe");
-        _exit(1);
-    }
-    int ws = 0;
-    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        fprintf(stderr, "test_vk_fa2: the LP_NATIVE_VECTOR_WIDTH=128 pass failed\n");
-        return 1;
-    }
+    /* second pass: lavapipe with 128-bit vectors (subgroup size 4 instead of 8), and the
+     * storage-buffer lanes shader instead of the texel one */
+    static const char *const env[] = {"LP_NATIVE_VECTOR_WIDTH", "128", "ATTND_VK_FA2_NO_TEXEL", "1", NULL};
+    if (t_rerun_with_env(argv, env, "test_vk_fa2: the LP_NATIVE_VECTOR_WIDTH=128 pass")) return 1;
     return rc;
 }
