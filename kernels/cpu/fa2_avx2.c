@@ -7,6 +7,11 @@
  *   1. S = Qs Kᵀ (Qs = q * scale, copied once per job) in registers. Register block R rows x KJ
  *      keys, R * KJ = 8 accumulators over head_dim; a transposing reduction turns them into one
  *      vector of 8 dot products, and unpacks/permutes put those back in row order.
+ *      A full block of 4 rows (decode with GQA 4, and most prefill blocks) instead uses blocks of
+ *      4 rows x 3 keys (12 accumulators, the 3 K vectors converted once and held, Q streamed:
+ *      7 loads per 12 FMAs) reduced per key into [rows 0-3], and keeps the tile's scores
+ *      key-major (vector = 2 keys x 4 rows), so the softmax below is lane-wise over 8 vectors
+ *      for all 4 rows at once (no per-row horizontal max / sum) and P is stored key-major.
  *   2. Online softmax per row, in registers: keys a row must not see (diagonal tile only) get
  *      -inf by a select, m' = max(m, rowmax S), P = exp(S - m') with a polynomial exp,
  *      alpha = exp(m - m') (skipped while the max does not move), l = alpha l + rowsum P.
@@ -185,8 +190,8 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t
 
 /* Columns [d, d + 8 NV) of rows o[0..R) over the first nk keys. first: O starts at 0 (the output
  * rows hold nothing yet); rescale: O starts at alpha O, else at O (every alpha is 1). */
-INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, const float *P, float *const *o,
-                     const float *alpha, int rescale, int d)
+INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, const float *P, int prs, int pks,
+                     float *const *o, const float *alpha, int rescale, int d)
 {
     const size_t esz = f16 ? 2 : 4;
     __m256 acc[4][8];
@@ -207,12 +212,12 @@ INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, 
             __m256 vv[8];
             UNROLL for (int v = 0; v < NV; v++) vv[v] = ld8(vt + (size_t)v * 8 * esz, f16);
             UNROLL for (int r = 0; r < R; r++) {
-                const __m256 p = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
+                const __m256 p = _mm256_broadcast_ss(P + r * prs + k * pks);
                 UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(p, vv[v], acc[r][v]);
             }
         } else { /* hold the R broadcasts, stream V: R NV + R + 1 registers */
             __m256 p[4];
-            UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * FA2_BLOCK + k);
+            UNROLL for (int r = 0; r < R; r++) p[r] = _mm256_broadcast_ss(P + r * prs + k * pks);
             UNROLL for (int v = 0; v < NV; v++) {
                 const __m256 vv = ld8(vt + (size_t)v * 8 * esz, f16);
                 UNROLL for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(p[r], vv, acc[r][v]);
@@ -223,17 +228,17 @@ INLINE void pv_block(int R, int NV, int f16, const struct tile *t, size_t vrow, 
         UNROLL for (int v = 0; v < NV; v++) _mm256_storeu_ps(o[r] + d + 8 * v, acc[r][v]);
 }
 
-INLINE void pv_rows(int R, int NV, int f16, int D, const struct tile *t, const float *P, float *const *o,
-                    const float *alpha, int rescale)
+INLINE void pv_rows(int R, int NV, int f16, int D, const struct tile *t, const float *P, int prs, int pks,
+                    float *const *o, const float *alpha, int rescale)
 {
     const size_t vrow = (size_t)D * (f16 ? 2 : 4);
     int d = 0;
-    for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, t, vrow, P, o, alpha, rescale, d);
+    for (; d + 8 * NV <= D; d += 8 * NV) pv_block(R, NV, f16, t, vrow, P, prs, pks, o, alpha, rescale, d);
     if (NV > 4) /* what is left in the widest blocks that fit */
-        for (; d + 32 <= D; d += 32) pv_block(R, 4, f16, t, vrow, P, o, alpha, rescale, d);
+        for (; d + 32 <= D; d += 32) pv_block(R, 4, f16, t, vrow, P, prs, pks, o, alpha, rescale, d);
     if (NV > 2)
-        for (; d + 16 <= D; d += 16) pv_block(R, 2, f16, t, vrow, P, o, alpha, rescale, d);
-    for (; d < D; d += 8) pv_block(R, 1, f16, t, vrow, P, o, alpha, rescale, d);
+        for (; d + 16 <= D; d += 16) pv_block(R, 2, f16, t, vrow, P, prs, pks, o, alpha, rescale, d);
+    for (; d < D; d += 8) pv_block(R, 1, f16, t, vrow, P, prs, pks, o, alpha, rescale, d);
 }
 
 /* Steps 1-3 of one tile for R <= 4 rows (qs, st, o: this block's rows). f16: t's K/V type. */
@@ -269,7 +274,95 @@ INLINE void tile_rows(int R, int f16, int D, const float *qs, const struct tile 
         _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
         alpha[r] = _mm256_cvtss_f32(al);
     }
-    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 3, f16, D, t, P, o, alpha, rescale); /* R NV <= 12 accumulators */
+    pv_rows(R, R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 3, f16, D, t, P, FA2_BLOCK, 1, o, alpha, rescale); /* R NV <= 12 accumulators */
+}
+
+/* [sum a, sum b, sum c, sum d] */
+INLINE __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    const __m256 t0 = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b)); /* [a02 b02 a13 b13 | ..] */
+    const __m256 t1 = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+    const __m256d x = _mm256_castps_pd(t0), y = _mm256_castps_pd(t1);
+    const __m256 u = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+/* Scores of the 4 rows with KJ <= 3 keys from j0: sc[j0 + c] = [row 0..3 . key j0 + c]. 4 x KJ
+ * accumulators, the KJ K vectors (converted once) held, the 4 Q vectors streamed: 4 + KJ loads
+ * per 4 KJ FMAs. */
+INLINE void qk4_block(int KJ, int f16, const float *qs, int D, const struct tile *t, size_t krow, int j0, __m128 *sc)
+{
+    const size_t esz = f16 ? 2 : 4;
+    if (t->pk) prefetch_bytes(t->pk + (size_t)j0 * krow, KJ * krow);
+    if (t->pv) prefetch_bytes(t->pv + (size_t)j0 * krow, KJ * krow);
+    __m256 acc[4][3];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int c = 0; c < KJ; c++) acc[r][c] = _mm256_setzero_ps();
+    const unsigned char *kt = t->k + (size_t)j0 * krow;
+    for (int d = 0; d < D; d += 8) {
+        __m256 kv[3];
+        UNROLL for (int c = 0; c < KJ; c++) kv[c] = ld8(kt + (size_t)c * krow + (size_t)d * esz, f16);
+        UNROLL for (int r = 0; r < 4; r++) {
+            const __m256 q = _mm256_load_ps(qs + (size_t)r * D + d);
+            UNROLL for (int c = 0; c < KJ; c++) acc[r][c] = _mm256_fmadd_ps(q, kv[c], acc[r][c]);
+        }
+    }
+    UNROLL for (int c = 0; c < KJ; c++) sc[j0 + c] = reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+}
+
+/* tile_rows for R == 4, the scores kept key-major: vector i = [key 2i rows 0-3 | key 2i+1 rows
+ * 0-3], so the row max / sum are lane-wise over 8 vectors and one exp8 covers 2 keys x 4 rows.
+ * P is stored key-major too (P[4 k + r]). */
+INLINE void tile_rows4(int f16, int D, const float *qs, const struct tile *t, struct rowstate *st, float *const *o)
+{
+    _Alignas(32) float P[4 * FA2_BLOCK];
+    _Alignas(16) float alpha[4], mv[4], lv[4];
+    __m128 sc[FA2_BLOCK];
+    const size_t krow = (size_t)D * (f16 ? 2 : 4);
+    UNROLL for (int j = 0; j < 15; j += 3) qk4_block(3, f16, qs, D, t, krow, j, sc);
+    qk4_block(1, f16, qs, D, t, krow, 15, sc);
+    __m256 s[8];
+    UNROLL for (int i = 0; i < 8; i++) s[i] = _mm256_set_m128(sc[2 * i + 1], sc[2 * i]);
+    if (t->mask) {
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        const __m256i lim = _mm256_setr_epi32(t->lim[0], t->lim[1], t->lim[2], t->lim[3], t->lim[0], t->lim[1],
+                                              t->lim[2], t->lim[3]);
+        __m256i key = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+        UNROLL for (int i = 0; i < 8; i++) { /* keys [0, lim) visible */
+            s[i] = _mm256_blendv_ps(ninf, s[i], _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, key)));
+            key = _mm256_add_epi32(key, _mm256_set1_epi32(2));
+        }
+    }
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(s[0], s[1]), _mm256_max_ps(s[2], s[3])),
+                              _mm256_max_ps(_mm256_max_ps(s[4], s[5]), _mm256_max_ps(s[6], s[7])));
+    const __m128 m = _mm_setr_ps(_mm256_cvtss_f32(st[0].m), _mm256_cvtss_f32(st[1].m), _mm256_cvtss_f32(st[2].m),
+                                 _mm256_cvtss_f32(st[3].m));
+    const __m128 l = _mm_setr_ps(_mm256_cvtss_f32(st[0].l), _mm256_cvtss_f32(st[1].l), _mm256_cvtss_f32(st[2].l),
+                                 _mm256_cvtss_f32(st[3].l));
+    const __m128 mn = _mm_max_ps(m, _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1)));
+    /* alpha = e^(m - m'), exactly 1 while the max does not move (most tiles) */
+    __m128 al = _mm_set1_ps(1.0f);
+    int rescale = 0;
+    if (_mm_movemask_ps(_mm_cmpgt_ps(mn, m))) {
+        al = _mm256_castps256_ps128(exp8(_mm256_castps128_ps256(_mm_sub_ps(m, mn))));
+        rescale = 1;
+    }
+    const __m256 mn2 = _mm256_set_m128(mn, mn);
+    __m256 sum = _mm256_setzero_ps();
+    UNROLL for (int i = 0; i < 8; i++) {
+        const __m256 p = exp8(_mm256_sub_ps(s[i], mn2));
+        sum = _mm256_add_ps(sum, p);
+        _mm256_store_ps(P + 8 * i, p);
+    }
+    const __m128 ln = _mm_fmadd_ps(al, l, _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1)));
+    _mm_store_ps(mv, mn);
+    _mm_store_ps(lv, ln);
+    _mm_store_ps(alpha, al);
+    UNROLL for (int r = 0; r < 4; r++) {
+        st[r].m = _mm256_set1_ps(mv[r]);
+        st[r].l = _mm256_set1_ps(lv[r]);
+    }
+    pv_rows(4, 3, f16, D, t, P, 1, 4, o, alpha, rescale);
 }
 
 /* ================================================================ the job */
@@ -283,7 +376,10 @@ typedef void (*tile_fn)(int D, const float *qs, const struct tile *t, struct row
     static __attribute__((noinline)) void tile_##R##_##F##_##DC(int D, const float *qs, const struct tile *t, \
                                                                 struct rowstate *st, float *const *o)        \
     {                                                                                                        \
-        tile_rows(R, F, DC ? DC : D, qs, t, st, o);                                                          \
+        if (R == 4)                                                                                          \
+            tile_rows4(F, DC ? DC : D, qs, t, st, o);                                                        \
+        else                                                                                                 \
+            tile_rows(R, F, DC ? DC : D, qs, t, st, o);                                                      \
     }
 #define TILE_FNS(F, DC) TILE_FN(1, F, DC) TILE_FN(2, F, DC) TILE_FN(3, F, DC) TILE_FN(4, F, DC)
 TILE_FNS(0, 0)
