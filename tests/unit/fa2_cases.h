@@ -197,6 +197,53 @@ static void batch_free(struct batch *b)
     free(b->v);
 }
 
+/* Fresh outputs for every sequence of b, wired into b->seqs: NaN-filled, or (in_place) a copy of
+ * the queries that q and out then share. Free with batch_outputs_free(). */
+static float **batch_outputs(struct batch *b, int in_place)
+{
+    float **out = t_xmalloc((size_t)b->n_seqs * sizeof *out);
+    for (int s = 0; s < b->n_seqs; s++) {
+        const size_t n = (size_t)b->def[s].n_q * b->n_head * b->D;
+        out[s] = t_xmalloc(n * sizeof(float));
+        if (in_place)
+            memcpy(out[s], b->qv[s], n * sizeof(float));
+        else
+            fill_nan(out[s], n);
+        b->seqs[s].out = out[s];
+        b->seqs[s].q = in_place ? out[s] : b->qv[s];
+    }
+    return out;
+}
+
+static void batch_outputs_free(struct batch *b, float **out)
+{
+    for (int s = 0; s < b->n_seqs; s++) {
+        free(out[s]);
+        b->seqs[s].q = b->qv[s];
+        b->seqs[s].out = NULL;
+    }
+    free(out);
+}
+
+/* The kernel arguments for b (no scratch). */
+static struct fa2_args batch_args(const struct batch *b, int n_split)
+{
+    return (struct fa2_args){
+        .n_head = b->n_head,
+        .n_head_kv = b->n_head_kv,
+        .head_dim = b->D,
+        .kv_type = b->kv_type,
+        .k = b->k,
+        .v = b->v,
+        .block_stride = b->kv_type == TENSOR_F32 ? b->block_stride : 0, /* F16: the dense default */
+        .n_blocks = b->n_blocks,
+        .scale = b->scale,
+        .seqs = b->seqs,
+        .n_seqs = b->n_seqs,
+        .n_split = n_split,
+    };
+}
+
 /* Compares every sequence's output with the reference; returns the number of bad sequences. */
 static int check_out(const struct batch *b, float *const *out, const char *what)
 {

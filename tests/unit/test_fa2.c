@@ -1,8 +1,8 @@
 /* test_fa2.c - FlashAttention-2 over paged KV (kernels/cpu/fa2.h) against a float64 reference
  * computed from the same f16-rounded inputs.
  *
- * Covered: head dims 64, 80, 128 (and 72, 36, 200 once); GQA ratios 1, 2, 7, 8 with 1 or 2 KV
- * heads; sequence lengths 1, 15, 16, 17, 63, 65, 1000 as full prefills, as chunks after a cached prefix and as decode
+ * Covered: head dims 64, 80, 128 (and 72, 36, 200 once); GQA ratios 1, 2, 7, 8 (and 4 at head dims
+ * 64 and 128) with 1 or 2 KV heads; sequence lengths 1, 15, 16, 17, 63, 65, 1000 as full prefills, as chunks after a cached prefix and as decode
  * steps; all of them batched into one call; shuffled physical blocks out of a pool larger than
  * needed whose unused blocks and tail slots hold NaN; decode split into 1..8 parts and more parts
  * than blocks; scores x30 (online-softmax rescaling); F16 and F32 pools with a padded block
@@ -47,31 +47,8 @@ static void static_reduce_cb(void *arg, int ith, int nth) { fa2_reduce(arg, ith,
  * (a copy of it). Returns the number of bad sequences. */
 static int run_check(struct batch *b, enum mode mode, int threads, int n_split, int in_place, const char *tag)
 {
-    float **out = t_xmalloc((size_t)b->n_seqs * sizeof *out);
-    for (int s = 0; s < b->n_seqs; s++) {
-        const size_t n = (size_t)b->def[s].n_q * b->n_head * b->D;
-        out[s] = t_xmalloc(n * sizeof(float));
-        if (in_place)
-            memcpy(out[s], b->qv[s], n * sizeof(float));
-        else
-            fill_nan(out[s], n);
-        b->seqs[s].out = out[s];
-        b->seqs[s].q = in_place ? out[s] : b->qv[s];
-    }
-    struct fa2_args a = {
-        .n_head = b->n_head,
-        .n_head_kv = b->n_head_kv,
-        .head_dim = b->D,
-        .kv_type = b->kv_type,
-        .k = b->k,
-        .v = b->v,
-        .block_stride = b->kv_type == TENSOR_F32 ? b->block_stride : 0, /* F16: the dense default */
-        .n_blocks = b->n_blocks,
-        .scale = b->scale,
-        .seqs = b->seqs,
-        .n_seqs = b->n_seqs,
-        .n_split = n_split,
-    };
+    float **out = batch_outputs(b, in_place);
+    struct fa2_args a = batch_args(b, n_split);
     const size_t ns = fa2_scratch_floats(&a);
     float *scratch = ns ? t_xmalloc(ns * sizeof(float)) : NULL;
     if (scratch) fill_nan(scratch, ns);
@@ -90,12 +67,7 @@ static int run_check(struct batch *b, enum mode mode, int threads, int n_split, 
              mode == M_REF ? "fa2_ref" : cpu_isa_name(cpu_kernels_init()), mode == M_STATIC ? " static" : "",
              threads, n_split, in_place ? " in-place" : "");
     int bad = check_out(b, out, what);
-    for (int s = 0; s < b->n_seqs; s++) {
-        free(out[s]);
-        b->seqs[s].q = b->qv[s];
-        b->seqs[s].out = NULL;
-    }
-    free(out);
+    batch_outputs_free(b, out);
     free(scratch);
     return bad;
 }
@@ -211,6 +183,22 @@ static void test_odd_dims(void)
     }
 }
 
+/* GQA 4:1 (a decode step's 4 query rows fill one 4-row block: the 4 rows x 3 keys score path of
+ * the AVX2 kernel) at the head dims of real models, F16 pools, decode split 1 and 3. */
+static void test_gqa4(void)
+{
+    static const int dims[] = {64, 128};
+    struct seqdef defs[3 * N_LENS + 1];
+    for (int i = 0; i < 2; i++) {
+        const int n = mixed_defs(defs, 0);
+        struct batch b;
+        batch_init(&b, dims[i], 2, 4, TENSOR_F16, defs, n, i ? 30.0f : 1.0f);
+        run_all_modes(&b, 1, 1, "gqa 4");
+        run_all_modes(&b, 3, 1, "gqa 4");
+        batch_free(&b);
+    }
+}
+
 /* The scratch size and the reduce flag follow the parts actually used. */
 static void test_scratch_size(void)
 {
@@ -242,6 +230,7 @@ int main(void)
     test_mixed();
     test_decode_splits();
     test_odd_dims();
+    test_gqa4();
     for (int t = 1; t <= 3; t++) tpool_destroy(g_pools[t]);
     return t_finish("test_fa2");
 }

@@ -55,31 +55,8 @@ static struct vkb_fa2 *g_fa2;
  * checks it. Returns the number of bad sequences. */
 static int run_check(struct batch *b, int n_split, int in_place, const char *tag)
 {
-    float **out = t_xmalloc((size_t)b->n_seqs * sizeof *out);
-    for (int s = 0; s < b->n_seqs; s++) {
-        const size_t n = (size_t)b->def[s].n_q * b->n_head * b->D;
-        out[s] = t_xmalloc(n * sizeof(float));
-        if (in_place)
-            memcpy(out[s], b->qv[s], n * sizeof(float));
-        else
-            fill_nan(out[s], n);
-        b->seqs[s].out = out[s];
-        b->seqs[s].q = in_place ? out[s] : b->qv[s];
-    }
-    struct fa2_args a = {
-        .n_head = b->n_head,
-        .n_head_kv = b->n_head_kv,
-        .head_dim = b->D,
-        .kv_type = b->kv_type,
-        .k = b->k,
-        .v = b->v,
-        .block_stride = b->kv_type == TENSOR_F32 ? b->block_stride : 0,
-        .n_blocks = b->n_blocks,
-        .scale = b->scale,
-        .seqs = b->seqs,
-        .n_seqs = b->n_seqs,
-        .n_split = n_split,
-    };
+    float **out = batch_outputs(b, in_place);
+    struct fa2_args a = batch_args(b, n_split);
     char what[160];
     snprintf(what, sizeof what, "%s vulkan split %d%s", tag, n_split, in_place ? " in-place" : "");
     attnd_status st = vkb_fa2_attend(g_fa2, &a, NULL);
@@ -90,12 +67,7 @@ static int run_check(struct batch *b, int n_split, int in_place, const char *tag
     } else {
         bad = check_out(b, out, what);
     }
-    for (int s = 0; s < b->n_seqs; s++) {
-        free(out[s]);
-        b->seqs[s].q = b->qv[s];
-        b->seqs[s].out = NULL;
-    }
-    free(out);
+    batch_outputs_free(b, out);
     return bad;
 }
 
@@ -229,18 +201,7 @@ static void test_plan_record(struct vkb_fa2 *fa2, const struct combo *cb, const 
     for (int layer = 0; layer < 2; layer++)
         for (int s = 0, t = 0; s < b.n_seqs; t += b.def[s].n_q, s++)
             memcpy(qh + qoff[layer] + (size_t)t * row, b.qv[s], (size_t)b.def[s].n_q * row * sizeof(float));
-    struct fa2_args a = {
-        .n_head = b.n_head,
-        .n_head_kv = b.n_head_kv,
-        .head_dim = b.D,
-        .kv_type = b.kv_type,
-        .block_stride = b.kv_type == TENSOR_F32 ? b.block_stride : 0,
-        .n_blocks = b.n_blocks,
-        .scale = b.scale,
-        .seqs = b.seqs,
-        .n_seqs = b.n_seqs,
-        .n_split = 3,
-    };
+    const struct fa2_args a = batch_args(&b, 3); /* its k and v are ignored by plans */
     struct vkb_fa2_plan *plan = NULL;
     struct vkb_buffer *bq = NULL, *bo = NULL, *bk = NULL, *bv[2] = {NULL, NULL};
     attnd_status st;
