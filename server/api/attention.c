@@ -60,27 +60,44 @@ int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *
 
 /* ---- the query string ------------------------------------------------------------------------ */
 
-struct attn_query {
-    const char *layer, *head, *id, *values;
+struct query_state {
+    const char *const *names;
+    const char **val;
     char unknown[64]; /* first unknown parameter */
     char twice[16];   /* first repeated parameter */
 };
 
 static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
-    struct attn_query *q = cls;
-    const char **slot = NULL;
-    if (!strcmp(key, "layer")) slot = &q->layer;
-    else if (!strcmp(key, "head")) slot = &q->head;
-    else if (!strcmp(key, "id")) slot = &q->id;
-    else if (!strcmp(key, "values")) slot = &q->values;
-    if (!slot) {
+    struct query_state *q = cls;
+    int i = 0;
+    while (q->names[i] && strcmp(q->names[i], key)) i++;
+    if (!q->names[i]) {
         if (!q->unknown[0]) snprintf(q->unknown, sizeof q->unknown, "%s", key[0] ? key : "(empty)");
         return MHD_YES;
     }
-    if (*slot && !q->twice[0]) snprintf(q->twice, sizeof q->twice, "%s", key);
-    *slot = value ? value : "";
+    if (q->val[i] && !q->twice[0]) snprintf(q->twice, sizeof q->twice, "%s", key);
+    q->val[i] = value ? value : "";
     return MHD_YES;
+}
+
+bool api_query_read(struct api_conn *c, const char *const *names, const char **val, enum MHD_Result *ret)
+{
+    struct query_state q = {.names = names, .val = val};
+    for (int i = 0; names[i]; i++) val[i] = NULL;
+    MHD_get_connection_values(c->mc, MHD_GET_ARGUMENT_KIND, collect, &q);
+    if (q.unknown[0]) {
+        char known[256] = "";
+        for (int i = 0; names[i]; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", names[i]);
+        *ret = api_error(c, 400, "unknown query parameter '%s' (known: %s)", q.unknown, known);
+        return false;
+    }
+    if (q.twice[0]) {
+        *ret = api_error(c, 400, "query parameter '%s' is given twice", q.twice);
+        return false;
+    }
+    return true;
 }
 
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
@@ -113,10 +130,14 @@ static void put_rows(struct api_buf *b, const char *name, const float *m, size_t
 enum MHD_Result api_attention(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
-    struct attn_query q = {0};
-    MHD_get_connection_values(c->mc, MHD_GET_ARGUMENT_KIND, collect, &q);
-    if (q.unknown[0]) return api_error(c, 400, "unknown query parameter '%s' (known: layer, head, id, values)", q.unknown);
-    if (q.twice[0]) return api_error(c, 400, "query parameter '%s' is given twice", q.twice);
+    static const char *const names[] = {"layer", "head", "id", "values", NULL};
+    struct {
+        const char *layer, *head, *id, *values;
+    } q;
+    const char *val[API_QUERY_MAX];
+    enum MHD_Result ret;
+    if (!api_query_read(c, names, val, &ret)) return ret;
+    q.layer = val[0], q.head = val[1], q.id = val[2], q.values = val[3];
     if (!q.layer || !q.head) return api_error(c, 400, "'layer' and 'head' are required, e.g. /attention?layer=0&head=0");
     unsigned long long layer, head, id = 0;
     if (!api_parse_uint(q.layer, 1u << 20, &layer)) return api_error(c, 400, "'layer' must be a non-negative integer");

@@ -27,4 +27,11 @@ int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *
 /* Parses a plain decimal number without sign, at most max. */
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 
+#define API_QUERY_MAX 8
+/* Reads the query string of c: val[i] = the value of names[i] (names: NULL-terminated, at most
+ * API_QUERY_MAX; val[i] NULL when absent, "" when given without a value). An unknown or repeated
+ * parameter is answered with a 400 error naming it (and the known ones): then returns false with
+ * the response's result in *ret. */
+bool api_query_read(struct api_conn *c, const char *const *names, const char **val, enum MHD_Result *ret);
+
 #endif

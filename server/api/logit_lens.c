@@ -21,30 +21,6 @@
 
 _Static_assert(API_LOGIT_LENS_TOP_MAX <= SCHED_MAX_LOGPROBS, "top= cap above what the scheduler accepts");
 
-/* ---- the query string ------------------------------------------------------------------------ */
-
-struct lens_query {
-    const char *id, *pos, *top;
-    char unknown[64]; /* first unknown parameter */
-    char twice[16];   /* first repeated parameter */
-};
-
-static enum MHD_Result lens_collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    struct lens_query *q = cls;
-    const char **slot = NULL;
-    if (!strcmp(key, "id")) slot = &q->id;
-    else if (!strcmp(key, "pos")) slot = &q->pos;
-    else if (!strcmp(key, "top")) slot = &q->top;
-    if (!slot) {
-        if (!q->unknown[0]) snprintf(q->unknown, sizeof q->unknown, "%s", key[0] ? key : "(empty)");
-        return MHD_YES;
-    }
-    if (*slot && !q->twice[0]) snprintf(q->twice, sizeof q->twice, "%s", key);
-    *slot = value ? value : "";
-    return MHD_YES;
-}
-
 /* Appends token id's text as a JSON string (piece is a scratch buffer of cap bytes). */
 static void put_piece(struct api_buf *b, const struct tokenizer *tok, int id, char *piece, size_t cap)
 {
@@ -57,10 +33,14 @@ static void put_piece(struct api_buf *b, const struct tokenizer *tok, int id, ch
 enum MHD_Result api_logit_lens(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
-    struct lens_query q = {0};
-    MHD_get_connection_values(c->mc, MHD_GET_ARGUMENT_KIND, lens_collect, &q);
-    if (q.unknown[0]) return api_error(c, 400, "unknown query parameter '%s' (known: id, pos, top)", q.unknown);
-    if (q.twice[0]) return api_error(c, 400, "query parameter '%s' is given twice", q.twice);
+    static const char *const names[] = {"id", "pos", "top", NULL};
+    struct {
+        const char *id, *pos, *top;
+    } q;
+    const char *val[API_QUERY_MAX];
+    enum MHD_Result ret;
+    if (!api_query_read(c, names, val, &ret)) return ret;
+    q.id = val[0], q.pos = val[1], q.top = val[2];
     if (!q.pos) return api_error(c, 400, "'pos' is required, e.g. /logit_lens?pos=3");
     unsigned long long pos, top = API_LOGIT_LENS_TOP_DEFAULT, id = 0;
     if (!api_parse_uint(q.pos, 1u << 30, &pos)) return api_error(c, 400, "'pos' must be a non-negative integer");
