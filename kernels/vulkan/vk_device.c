@@ -250,7 +250,6 @@ static void query_limits(struct vkb_device *d)
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
     vkGetPhysicalDeviceFeatures2(d->phys, &f2);
     o->has_f16_storage = f11.storageBuffer16BitAccess == VK_TRUE;
-    o->has_int64 = f2.features.shaderInt64 == VK_TRUE;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
 }
 
@@ -315,12 +314,9 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
                                          .queueFamilyIndex = d->queue_family,
                                          .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    /* shaderInt64 when supported: 64-bit loads (fewer load instructions on lavapipe) */
-    const VkPhysicalDeviceFeatures feat = {.shaderInt64 = d->lim.has_int64 ? VK_TRUE : VK_FALSE};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                     .queueCreateInfoCount = 1,
-                                    .pQueueCreateInfos = &qci,
-                                    .pEnabledFeatures = &feat};
+                                    .pQueueCreateInfos = &qci};
     VK_TRY(vkCreateDevice(d->phys, &dci, NULL, &d->device));
     vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
 

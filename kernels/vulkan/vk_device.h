@@ -45,7 +45,6 @@ struct vkb_limits {
     uint32_t max_push_bytes;        /* maxPushConstantsSize */
     int has_f16_storage;            /* storageBuffer16BitAccess (not required: shaders unpack halves) */
     int has_timestamps;             /* timestamps enabled and supported */
-    int has_int64;                  /* shaderInt64 supported, and enabled on the device */
     uint32_t max_texel_elements;    /* maxTexelBufferElements (texels of a texel-buffer view) */
 };
 
