@@ -185,7 +185,13 @@ static void walk_item(struct walk *w, struct fa2_job *job)
 {
     if (w->next) {
         if (w->index++ != w->claim) return;
+        /* the next claim only after this item ran: claiming it first would hand one thread
+         * two items before the others claimed any (a 2-item decode ran on one core) */
+        for (int kb = job->kb0; kb < job->kb1; kb++)
+            ATTND_CHECK(job->block_table[kb] >= 0 && job->block_table[kb] < w->a->n_blocks);
+        w->fn(job);
         w->claim = atomic_fetch_add_explicit(w->next, 1, memory_order_relaxed);
+        return;
     } else {
         const int64_t rows = (int64_t)job->n_tok * job->n_grp;
         const int64_t c = rows * (job->kb1 - job->kb0) + rows + 4; /* tiles + per-row setup + call */
