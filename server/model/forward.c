@@ -319,35 +319,71 @@ static size_t prepare(struct fwd_ctx *c, enum tensor_type wtype, const float *x,
     return (size_t)rb;
 }
 
+/* Up to 3 matrices that read the same prepared activations (Q/K/V, gate/up) in one pool job:
+ * each thread takes its share of every matrix's rows, so a step waits at one barrier instead of
+ * one per matrix, and the small K/V products are split too. swiglu (gate, up): each thread then
+ * applies y0 = silu(y0) * y1 to the rows it computed of both. */
+#define MM_MAX 3
 struct mm_job {
-    const struct model_weight *w;
+    int n;
+    const struct model_weight *w[MM_MAX];
+    float *y[MM_MAX];
+    const float *bias[MM_MAX];
     const void *a;
     size_t a_row_bytes, n_tok;
-    float *y;
-    const float *bias;
+    int swiglu;
 };
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static void mm_run(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
-    size_t r0, r1;
-    split(j->w->n_out, 16, ith, nth, &r0, &r1);
-    if (r0 >= r1) return;
-    cpu_gemm(j->w->type, j->w->n_in, j->w->data, j->w->row_bytes, r0, r1, j->a, j->a_row_bytes, j->n_tok, j->y,
-             j->w->n_out);
-    if (j->bias)
-        for (size_t t = 0; t < j->n_tok; t++)
-            for (size_t r = r0; r < r1; r++) j->y[t * j->w->n_out + r] += j->bias[r];
+    for (int i = 0; i < j->n; i++) {
+        const struct model_weight *w = j->w[i];
+        size_t r0, r1;
+        split(w->n_out, 16, ith, nth, &r0, &r1);
+        if (r0 >= r1) continue;
+        cpu_gemm(w->type, w->n_in, w->data, w->row_bytes, r0, r1, j->a, j->a_row_bytes, j->n_tok, j->y[i], w->n_out);
+        if (j->bias[i])
+            for (size_t t = 0; t < j->n_tok; t++)
+                for (size_t r = r0; r < r1; r++) j->y[i][t * w->n_out + r] += j->bias[i][r];
+    }
+    if (j->swiglu) {
+        const size_t n_out = j->w[0]->n_out;
+        size_t r0, r1;
+        split(n_out, 16, ith, nth, &r0, &r1);
+        for (size_t t = 0; t < j->n_tok; t++) {
+            float *g = j->y[0] + t * n_out;
+            const float *u = j->y[1] + t * n_out;
+            for (size_t r = r0; r < r1; r++) g[r] = silu(g[r]) * u[r];
+        }
+    }
+}
+
+/* y[i] (n_tok, w[i]->n_out) = prepared activations · w[i]ᵀ (+ bias[i]) for i < n; see mm_job. */
+static void matmul_prepared_n(struct fwd_ctx *c, int n, const struct model_weight *const *w, size_t row_bytes,
+                              size_t n_tok, float *const *y, const float *const *bias, int swiglu)
+{
+    ATTND_CHECK(n >= 1 && n <= MM_MAX && (!swiglu || (n == 2 && w[0]->n_out == w[1]->n_out)));
+    struct mm_job j = {.n = n, .a = c->prep, .a_row_bytes = row_bytes, .n_tok = n_tok, .swiglu = swiglu};
+    uint64_t macs = 0;
+    for (int i = 0; i < n; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.bias[i] = bias ? bias[i] : NULL;
+        macs += (uint64_t)w[i]->n_in * w[i]->n_out * n_tok;
+    }
+    /* below ~256K multiply-adds, waking the workers costs more than it saves */
+    if (macs < (1u << 18)) mm_run(&j, 0, 1);
+    else tpool_run(c->pool, mm_run, &j);
 }
 
 /* y (n_tok, n_out) = prepared activations · Wᵀ (+ bias). */
 static void matmul_prepared(struct fwd_ctx *c, const struct model_weight *w, size_t row_bytes, size_t n_tok, float *y,
                             const float *bias)
 {
-    struct mm_job j = {w, c->prep, row_bytes, n_tok, y, bias};
-    /* below ~256K multiply-adds, waking the workers costs more than it saves */
-    if ((uint64_t)w->n_in * w->n_out * n_tok < (1u << 18)) mm_run(&j, 0, 1);
-    else tpool_run(c->pool, mm_run, &j);
+    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, 0);
 }
 
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, size_t n_tok, float *y,
@@ -382,8 +418,6 @@ static void rope(const struct fwd_ctx *c, float *v, int n_heads, int pos)
         }
     }
 }
-
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---- one step ------------------------------------------------------------------------------ */
 
@@ -455,9 +489,10 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
         for (int t = 0; t < T; t++) rmsnorm(c->h + (size_t)t * d, c->x + (size_t)t * d, L->attn_norm, d, hp->rms_eps);
         if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
             size_t rb = prepare(c, L->wq.type, c->h, d, (size_t)T);
-            matmul_prepared(c, &L->wq, rb, (size_t)T, c->q, L->bq);
-            matmul_prepared(c, &L->wk, rb, (size_t)T, c->k, L->bk);
-            matmul_prepared(c, &L->wv, rb, (size_t)T, c->v, L->bv);
+            const struct model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+            float *y[3] = {c->q, c->k, c->v};
+            const float *b[3] = {L->bq, L->bk, L->bv};
+            matmul_prepared_n(c, 3, w, rb, (size_t)T, y, b, 0);
         } else {
             matmul(c, &L->wq, c->h, (size_t)T, c->q, L->bq);
             matmul(c, &L->wk, c->h, (size_t)T, c->k, L->bk);
@@ -482,15 +517,16 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
 
         /* 2b. MLP */
         for (int t = 0; t < T; t++) rmsnorm(c->h + (size_t)t * d, c->x + (size_t)t * d, L->ffn_norm, d, hp->rms_eps);
-        if (L->w_gate.type == L->w_up.type) {
+        if (L->w_gate.type == L->w_up.type) { /* gate, up and the SwiGLU in one pool job */
             size_t rb = prepare(c, L->w_gate.type, c->h, d, (size_t)T);
-            matmul_prepared(c, &L->w_gate, rb, (size_t)T, c->gate, NULL);
-            matmul_prepared(c, &L->w_up, rb, (size_t)T, c->up, NULL);
+            const struct model_weight *w[2] = {&L->w_gate, &L->w_up};
+            float *y[2] = {c->gate, c->up};
+            matmul_prepared_n(c, 2, w, rb, (size_t)T, y, NULL, 1);
         } else {
             matmul(c, &L->w_gate, c->h, (size_t)T, c->gate, NULL);
             matmul(c, &L->w_up, c->h, (size_t)T, c->up, NULL);
+            for (size_t i = 0; i < (size_t)T * ff; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
         }
-        for (size_t i = 0; i < (size_t)T * ff; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
         matmul(c, &L->w_down, c->gate, (size_t)T, c->h, NULL);
         for (size_t i = 0; i < (size_t)T * d; i++) c->x[i] += c->h[i];
         if (c->resid_out)
