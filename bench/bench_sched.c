@@ -2,7 +2,8 @@
  * usage: bench_sched MODEL.gguf [threads] [label]
  * Prints:
  *   - aggregate generation tokens/s with 1, 4, 8 and 16 concurrent requests (128-token prompts,
- *     64 generated tokens each, greedy), wall time from submission to the last token;
+ *     64 generated tokens each, greedy), wall time from submission to the last token; and the
+ *     same over the decode phase only (after every prompt was read);
  *   - KV memory actually holding tokens vs allocated in used blocks (waste %), averaged over
  *     the run;
  *   - prefix-cache speed-up: a 512-token prompt run twice (the second finds it cached);
@@ -19,17 +20,25 @@
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 
+#define MAX_GEN 64
+
 struct out {
     pthread_mutex_t mu;
     int done, n;
     double gen_ms, prompt_ms;
+    double t_tok[MAX_GEN]; /* when each token arrived */
 };
+
+static double now(void);
 
 static void on_ev(void *ud, const struct sched_event *ev)
 {
     struct out *o = ud;
     pthread_mutex_lock(&o->mu);
-    if (ev->kind == SCHED_EV_TOKEN) o->n++;
+    if (ev->kind == SCHED_EV_TOKEN) {
+        if (o->n < MAX_GEN) o->t_tok[o->n] = now();
+        o->n++;
+    }
     else {
         o->gen_ms = ev->generation_ms;
         o->prompt_ms = ev->prompt_ms;
@@ -99,9 +108,9 @@ int main(int argc, char **argv)
     static struct out o[16];
 
     printf("\n## Scheduler (%s, %d threads, F16 KV cache)\n\n", label, threads);
-    printf("| concurrent requests | wall s | aggregate generation tokens/s | per request tokens/s | peak KV blocks used | KV waste %% (mean over the run) |\n");
-    printf("|---|---|---|---|---|---|\n");
-    double base = 0;
+    printf("| concurrent requests | wall s | aggregate generation tokens/s | decode phase: aggregate tokens/s | per request tokens/s | peak KV blocks used | KV waste %% (mean over the run) |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    double base = 0, base_dec = 0;
     int clients[] = {1, 4, 8, 16};
     for (int k = 0; k < 4; k++) {
         int n = clients[k];
@@ -126,9 +135,24 @@ int main(int argc, char **argv)
         double wall = now() - t0, agg = n * 64 / wall;
         double per = 0;
         for (int c = 0; c < n; c++) per += o[c].gen_ms > 0 ? 63 / (o[c].gen_ms / 1e3) : 0;
-        if (k == 0) base = agg;
-        printf("| %d | %.2f | %.1f (%.2fx of 1) | %.1f | %llu | %.2f |\n", n, wall, agg, agg / base, per / n,
-               (unsigned long long)peak_blocks, waste);
+        /* decode phase: from the moment every request has its first token (every prompt read)
+         * to the last token, the tokens generated in between - what batching decode steps buys,
+         * as batched-bench's S_TG */
+        double t_all = 0, t_end = 0;
+        for (int c = 0; c < n; c++) {
+            if (o[c].t_tok[0] > t_all) t_all = o[c].t_tok[0];
+            if (o[c].t_tok[MAX_GEN - 1] > t_end) t_end = o[c].t_tok[MAX_GEN - 1];
+        }
+        int n_dec = 0;
+        for (int c = 0; c < n; c++)
+            for (int i = 0; i < MAX_GEN; i++) n_dec += o[c].t_tok[i] > t_all;
+        double dec = t_end > t_all ? n_dec / (t_end - t_all) : 0;
+        if (k == 0) {
+            base = agg;
+            base_dec = dec;
+        }
+        printf("| %d | %.2f | %.1f (%.2fx of 1) | %.1f (%.2fx of 1) | %.1f | %llu | %.2f |\n", n, wall, agg, agg / base,
+               dec, base_dec > 0 ? dec / base_dec : 0, per / n, (unsigned long long)peak_blocks, waste);
         fflush(stdout);
     }
 
