@@ -181,28 +181,28 @@ struct walk {
     int claim, index;  /* dynamic: item this thread runs next; items walked so far */
 };
 
+/* 1 if this thread runs the item: static, its cost midpoint falls in this thread's share;
+ * dynamic, it is the item this thread claimed. */
+static int walk_item_mine(struct walk *w, const struct fa2_job *job)
+{
+    if (w->next) return w->index++ == w->claim;
+    const int64_t rows = (int64_t)job->n_tok * job->n_grp;
+    const int64_t c = rows * (job->kb1 - job->kb0) + rows + 4; /* tiles + per-row setup + call */
+    const int64_t mid2 = 2 * w->cost + c;
+    w->cost += c;
+    return w->pass != 0 && (int)(mid2 * w->nth / (2 * w->total)) == w->ith;
+}
+
+/* Runs the item if it is this thread's. Dynamic: the next claim comes after the run; claiming
+ * first handed one thread two items before the others claimed any (a decode step of 2 KV heads
+ * on 2 threads ran on one core). */
 static void walk_item(struct walk *w, struct fa2_job *job)
 {
-    if (w->next) {
-        if (w->index++ != w->claim) return;
-        /* the next claim only after this item ran: claiming it first would hand one thread
-         * two items before the others claimed any (a 2-item decode ran on one core) */
-        for (int kb = job->kb0; kb < job->kb1; kb++)
-            ATTND_CHECK(job->block_table[kb] >= 0 && job->block_table[kb] < w->a->n_blocks);
-        w->fn(job);
-        w->claim = atomic_fetch_add_explicit(w->next, 1, memory_order_relaxed);
-        return;
-    } else {
-        const int64_t rows = (int64_t)job->n_tok * job->n_grp;
-        const int64_t c = rows * (job->kb1 - job->kb0) + rows + 4; /* tiles + per-row setup + call */
-        const int64_t mid2 = 2 * w->cost + c;
-        w->cost += c;
-        if (w->pass == 0) return;
-        if ((int)(mid2 * w->nth / (2 * w->total)) != w->ith) return;
-    }
+    if (!walk_item_mine(w, job)) return;
     for (int kb = job->kb0; kb < job->kb1; kb++)
         ATTND_CHECK(job->block_table[kb] >= 0 && job->block_table[kb] < w->a->n_blocks);
     w->fn(job);
+    if (w->next) w->claim = atomic_fetch_add_explicit(w->next, 1, memory_order_relaxed);
 }
 
 static void walk_all(struct walk *w)
