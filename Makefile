@@ -28,7 +28,7 @@ AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 # server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
 LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c) \
            $(wildcard kernels/vulkan/*.c)
-BIN_SRC := server/main.c $(wildcard server/cmd/*.c tools/*.c)
+BIN_SRC := server/main.c $(wildcard server/cmd/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 

@@ -1,6 +1,6 @@
 #version 450
 /* op_rmsnorm.comp - out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w (vkb_op_rmsnorm in
- * vk_ops.h; rmsnorm() in server/model/forward.c accumulates in double, this in f32).
+ * vk_ops.h; rmsnorm() in server/engine/forward.c accumulates in double, this in f32).
  *
  * Layout: one workgroup of 256 invocations per row (rows on a 2-D grid read as one linear
  * index). Invocation i sums x[i], x[i + 256], ... (d / 256 loop trips, 32 at d = 8192, far

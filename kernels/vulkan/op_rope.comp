@@ -1,6 +1,6 @@
 #version 450
 /* op_rope.comp - in-place rotary embedding with a host-computed (cos, sin) table (vkb_op_rope in
- * vk_ops.h; the same arithmetic as rope() in server/model/forward.c).
+ * vk_ops.h; the same arithmetic as rope() in server/engine/forward.c).
  *
  * Layout: one invocation per rotated pair (token t, head h, pair i < n_rot / 2), i fastest,
  * 64 per workgroup, workgroups on a 2-D grid read as one linear index. No loops.

@@ -1,6 +1,6 @@
 #version 450
 /* op_swiglu.comp - gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g))
- * (vkb_op_swiglu in vk_ops.h; the same formula as silu() in server/model/forward.c).
+ * (vkb_op_swiglu in vk_ops.h; the same formula as silu() in server/engine/forward.c).
  * Layout: 4 consecutive elements per invocation, 64 invocations per workgroup, workgroups on a
  * 2-D grid read as one linear index. No loops. Push block: struct vkb_elt_push in vk_ops.c. */
 #extension GL_EXT_control_flow_attributes : enable

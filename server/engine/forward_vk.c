@@ -1,5 +1,5 @@
 /* forward_vk.c - one forward step on a Vulkan device (see forward_vk.h). */
-#include "forward_vk.h"
+#include "server/engine/forward_vk.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -27,7 +27,7 @@
 #include "attnd/check.h"
 #include "attnd/kvcache.h"
 #include "attnd/log.h"
-#include "forward_vk.h"
+#include "server/engine/forward_vk.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"

@@ -1,4 +1,4 @@
-/* scheduler.c - continuous batching over the paged KV cache. See sched.h for the contract.
+/* sched.c - continuous batching over the paged KV cache. See sched.h for the contract.
  *
  * One worker thread runs steps. Each step:
  *   1. ends cancelled requests at once (their blocks go back to the cache);
