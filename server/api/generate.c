@@ -375,7 +375,7 @@ struct gen_params {
 };
 
 /* An integer-valued JSON number in [lo, hi]. */
-static bool json_int(const cJSON *it, double lo, double hi, double *out)
+bool api_json_int(const cJSON *it, double lo, double hi, double *out)
 {
     if (!cJSON_IsNumber(it)) return false;
     double v = it->valuedouble;
@@ -384,8 +384,8 @@ static bool json_int(const cJSON *it, double lo, double hi, double *out)
     return true;
 }
 
-/* Returns 0 or an HTTP status, with the message in err. */
-static int parse_prompt(const cJSON *it, const struct api_engine *e, struct gen_params *p, char *err, size_t errlen)
+int api_gen_prompt(const cJSON *it, const struct api_engine *e, int32_t **prompt, size_t *n_prompt, char *err,
+                   size_t errlen)
 {
     const int V = e->model->hp.n_vocab;
     if (cJSON_IsString(it)) {
@@ -394,7 +394,7 @@ static int parse_prompt(const cJSON *it, const struct api_engine *e, struct gen_
             snprintf(err, errlen, "'prompt' is empty");
             return 400;
         }
-        attnd_status st = tok_encode(e->tok, it->valuestring, len, true, false, &p->prompt, &p->n_prompt);
+        attnd_status st = tok_encode(e->tok, it->valuestring, len, true, false, &(*prompt), &(*n_prompt));
         if (st) {
             snprintf(err, errlen, "could not tokenize 'prompt': %s", attnd_status_str(st));
             return st == ATTND_ERR_RANGE ? 413 : st == ATTND_ERR_NOMEM ? 503 : 500;
@@ -405,7 +405,7 @@ static int parse_prompt(const cJSON *it, const struct api_engine *e, struct gen_
             snprintf(err, errlen, "'prompt' is an empty array");
             return 400;
         }
-        if (!(p->prompt = malloc((size_t)n * sizeof *p->prompt))) {
+        if (!((*prompt) = malloc((size_t)n * sizeof *(*prompt)))) {
             snprintf(err, errlen, "out of memory");
             return 503;
         }
@@ -414,40 +414,40 @@ static int parse_prompt(const cJSON *it, const struct api_engine *e, struct gen_
         cJSON_ArrayForEach(el, it)
         {
             double v;
-            if (!json_int(el, 0, V - 1, &v)) {
+            if (!api_json_int(el, 0, V - 1, &v)) {
                 if (cJSON_IsNumber(el) && floor(el->valuedouble) == el->valuedouble)
                     snprintf(err, errlen, "'prompt'[%zu] = %.0f is not a token id (0..%d)", i, el->valuedouble, V - 1);
                 else snprintf(err, errlen, "'prompt'[%zu] is not an integer token id (0..%d)", i, V - 1);
                 return 400;
             }
-            p->prompt[i++] = (int32_t)v;
+            (*prompt)[i++] = (int32_t)v;
         }
-        p->n_prompt = i;
+        (*n_prompt) = i;
     } else {
         snprintf(err, errlen, "'prompt' must be a string or an array of token ids");
         return 400;
     }
-    if (p->n_prompt == 0) {
+    if ((*n_prompt) == 0) {
         snprintf(err, errlen, "'prompt' gives no tokens");
         return 400;
     }
     int n_ctx = sched_n_ctx(e->sched);
-    if (p->n_prompt > (size_t)n_ctx) {
-        snprintf(err, errlen, "the prompt has %zu tokens; the context holds %d", p->n_prompt, n_ctx);
+    if ((*n_prompt) > (size_t)n_ctx) {
+        snprintf(err, errlen, "the prompt has %zu tokens; the context holds %d", (*n_prompt), n_ctx);
         return 400;
     }
     return 0;
 }
 
-static int parse_stop(const cJSON *it, struct gen_params *p, char *err, size_t errlen)
+static int parse_stop(const cJSON *it, struct sched_request *req, const char **stops, char *err, size_t errlen)
 {
     if (cJSON_IsString(it)) {
         if (!it->valuestring[0] || strlen(it->valuestring) > STOP_MAX_LEN) {
             snprintf(err, errlen, "'stop' must be 1..%d bytes", STOP_MAX_LEN);
             return 400;
         }
-        p->stops[0] = it->valuestring;
-        p->req.n_stops = 1;
+        stops[0] = it->valuestring;
+        req->n_stops = 1;
         return 0;
     }
     if (!cJSON_IsArray(it)) {
@@ -466,9 +466,61 @@ static int parse_stop(const cJSON *it, struct gen_params *p, char *err, size_t e
             snprintf(err, errlen, "'stop'[%d] must be a string of 1..%d bytes", n, STOP_MAX_LEN);
             return 400;
         }
-        p->stops[n++] = el->valuestring;
+        stops[n++] = el->valuestring;
     }
-    p->req.n_stops = n;
+    req->n_stops = n;
+    return 0;
+}
+
+int api_gen_field(const struct api_conn *c, const cJSON *it, struct sched_request *req, const char **stops,
+                  bool *max_given, char *err, size_t errlen)
+{
+    const char *k = it->string ? it->string : "";
+    struct sampler_params *sp = &req->sampling;
+    double v;
+    bool ok = true;
+    const char *want = NULL;
+    if (!strcmp(k, "max_tokens")) {
+        want = "an integer in [0, max-tokens-cap]";
+        if ((ok = api_json_int(it, 0, c->srv->cfg.max_tokens_cap, &v))) req->max_tokens = (int)v, *max_given = true;
+        else if (cJSON_IsNumber(it) && floor(it->valuedouble) == it->valuedouble) {
+            snprintf(err, errlen, "'max_tokens' must be in [0, %d]", c->srv->cfg.max_tokens_cap);
+            return 400;
+        }
+    } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "min_p") ||
+               !strcmp(k, "repetition_penalty") || !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
+        want = "a number";
+        if ((ok = cJSON_IsNumber(it))) {
+            float f = (float)it->valuedouble;
+            if (!strcmp(k, "temperature")) sp->temperature = f;
+            else if (!strcmp(k, "top_p")) sp->top_p = f;
+            else if (!strcmp(k, "min_p")) sp->min_p = f;
+            else if (!strcmp(k, "repetition_penalty")) sp->repetition_penalty = f;
+            else if (!strcmp(k, "presence_penalty")) sp->presence_penalty = f;
+            else sp->frequency_penalty = f;
+        }
+    } else if (!strcmp(k, "top_k")) {
+        want = "an integer >= 0";
+        if ((ok = api_json_int(it, 0, 1 << 30, &v))) sp->top_k = (int)v;
+    } else if (!strcmp(k, "penalty_last_n")) {
+        want = "an integer in [0, 65536]";
+        if ((ok = api_json_int(it, 0, SAMPLER_MAX_PENALTY_LAST_N, &v))) sp->penalty_last_n = (int)v;
+    } else if (!strcmp(k, "seed")) {
+        want = "an integer in [0, 2^53]";
+        if ((ok = api_json_int(it, 0, MAX_SEED, &v))) sp->seed = (uint64_t)v;
+    } else if (!strcmp(k, "stop")) {
+        int code = parse_stop(it, req, stops, err, errlen);
+        if (code) return code;
+    } else if (!strcmp(k, "ignore_eos")) {
+        want = "true or false";
+        if ((ok = cJSON_IsBool(it))) req->ignore_eos = cJSON_IsTrue(it);
+    } else {
+        return -1;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "'%s' must be %s", k, want);
+        return 400;
+    }
     return 0;
 }
 
@@ -497,48 +549,17 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
         double v;
         bool ok = true;
         const char *want = NULL;
+        int code = api_gen_field(c, it, &p->req, p->stops, &max_given, err, errlen);
+        if (code > 0) return code;
+        if (code == 0) continue;
         if (!strcmp(k, "prompt")) prompt = it;
         else if (!strcmp(k, "model")) ok = cJSON_IsString(it), want = "a string";
-        else if (!strcmp(k, "max_tokens")) {
-            want = "an integer in [0, max-tokens-cap]";
-            if ((ok = json_int(it, 0, c->srv->cfg.max_tokens_cap, &v))) p->req.max_tokens = (int)v, max_given = true;
-            else if (cJSON_IsNumber(it) && floor(it->valuedouble) == it->valuedouble) {
-                snprintf(err, errlen, "'max_tokens' must be in [0, %d]", c->srv->cfg.max_tokens_cap);
-                return 400;
-            }
-        } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "min_p") ||
-                   !strcmp(k, "repetition_penalty") || !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
-            want = "a number";
-            if ((ok = cJSON_IsNumber(it))) {
-                float f = (float)it->valuedouble;
-                if (!strcmp(k, "temperature")) sp->temperature = f;
-                else if (!strcmp(k, "top_p")) sp->top_p = f;
-                else if (!strcmp(k, "min_p")) sp->min_p = f;
-                else if (!strcmp(k, "repetition_penalty")) sp->repetition_penalty = f;
-                else if (!strcmp(k, "presence_penalty")) sp->presence_penalty = f;
-                else sp->frequency_penalty = f;
-            }
-        } else if (!strcmp(k, "top_k")) {
-            want = "an integer >= 0";
-            if ((ok = json_int(it, 0, 1 << 30, &v))) sp->top_k = (int)v;
-        } else if (!strcmp(k, "penalty_last_n")) {
-            want = "an integer in [0, 65536]";
-            if ((ok = json_int(it, 0, SAMPLER_MAX_PENALTY_LAST_N, &v))) sp->penalty_last_n = (int)v;
-        } else if (!strcmp(k, "seed")) {
-            want = "an integer in [0, 2^53]";
-            if ((ok = json_int(it, 0, MAX_SEED, &v))) sp->seed = (uint64_t)v;
-        } else if (!strcmp(k, "stop")) {
-            int code = parse_stop(it, p, err, errlen);
-            if (code) return code;
-        } else if (!strcmp(k, "ignore_eos")) {
-            want = "true or false";
-            if ((ok = cJSON_IsBool(it))) p->req.ignore_eos = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "stream")) {
+        else if (!strcmp(k, "stream")) {
             want = "true or false";
             if ((ok = cJSON_IsBool(it))) p->stream = cJSON_IsTrue(it);
         } else if (!strcmp(k, "logprobs")) {
             want = "an integer in [0, 20]";
-            if ((ok = json_int(it, 0, SCHED_MAX_LOGPROBS, &v))) p->req.logprobs = (int)v;
+            if ((ok = api_json_int(it, 0, SCHED_MAX_LOGPROBS, &v))) p->req.logprobs = (int)v;
         } else {
             snprintf(err, errlen,
                      "unknown field '%s' (known: prompt, max_tokens, temperature, top_k, top_p, min_p, "
@@ -557,7 +578,7 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
         return 400;
     }
     if (sampler_params_validate(sp, err, errlen)) return 400;
-    int code = parse_prompt(prompt, e, p, err, errlen);
+    int code = api_gen_prompt(prompt, e, &p->prompt, &p->n_prompt, err, errlen);
     if (code) return code;
     /* the default never overflows the context; an explicit max_tokens that does is a 400 */
     size_t room = (size_t)sched_n_ctx(e->sched) - p->n_prompt;
