@@ -60,9 +60,9 @@ attnd_status chat_family_parse(const char *name, enum chat_family *out);
 /* Recognises a Jinja chat template text by the markers it writes. Returns true and sets *out,
  * or false (and *out = CHAT_CHATML) when no known family's markers are in it. */
 bool chat_family_detect(const char *tmpl, size_t len, enum chat_family *out);
-/* The family for a model file: from its tokenizer.chat_template, else ChatML. Logs (info) which
- * one was picked and why, once per call. */
-enum chat_family chat_family_for_model(const struct gguf *g);
+/* The family for a model file: from its tokenizer.chat_template, else ChatML. With log_choice,
+ * logs (info) which one was picked and why. */
+enum chat_family chat_family_for_model(const struct gguf *g, bool log_choice);
 
 /* Renders msgs[0..n) in family f. bos / eos: the texts the template writes for its BOS / EOS
  * tokens (NULL: write nothing there). add_generation_prompt: end with the opening of an

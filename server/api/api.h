@@ -34,6 +34,8 @@ enum api_route {
     API_ROUTE_METRICS,
     API_ROUTE_LOGIT_LENS,
     API_ROUTE_WEB,       /* the playground page and its files (web.c) */
+    API_ROUTE_CHAT,      /* POST /v1/chat/completions (oai_chat.c) */
+    API_ROUTE_COMPLETIONS, /* POST /v1/completions (oai_completions.c) */
     API_ROUTE_COUNT
 };
 

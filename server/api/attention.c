@@ -16,6 +16,7 @@
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 #include "server/api/errors.h"
+#include "server/api/oai_common.h"
 
 void api_attention_remember(struct http_server *srv, uint64_t id, const int32_t *prompt, size_t n_prompt,
                             const int32_t *gen, size_t n_gen)
@@ -100,6 +101,17 @@ bool api_query_read(struct api_conn *c, const char *const *names, const char **v
     return true;
 }
 
+bool api_parse_request_id(const char *id, const char *index, uint64_t *key)
+{
+    unsigned long long n, i = 0;
+    bool oai = !strncmp(id, "chatcmpl-", 9) || !strncmp(id, "cmpl-", 5);
+    if (!strncmp(id, "gen-", 4) || oai) id = strchr(id, '-') + 1;
+    if (!api_parse_uint(id, (1ull << 48) - 1, &n)) return false;
+    if (index && (!oai || !api_parse_uint(index, OAI_MAX_CHOICES - 1, &i))) return false;
+    *key = oai_history_key(n, (unsigned)i);
+    return true;
+}
+
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
 {
     if (!s || *s < '0' || *s > '9') return false;
@@ -130,24 +142,24 @@ static void put_rows(struct api_buf *b, const char *name, const float *m, size_t
 enum MHD_Result api_attention(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
-    static const char *const names[] = {"layer", "head", "id", "values", NULL};
+    static const char *const names[] = {"layer", "head", "id", "values", "index", NULL};
     struct {
-        const char *layer, *head, *id, *values;
+        const char *layer, *head, *id, *values, *index;
     } q;
     const char *val[API_QUERY_MAX];
     enum MHD_Result ret;
     if (!api_query_read(c, names, val, &ret)) return ret;
-    q.layer = val[0], q.head = val[1], q.id = val[2], q.values = val[3];
+    q.layer = val[0], q.head = val[1], q.id = val[2], q.values = val[3], q.index = val[4];
     if (!q.layer || !q.head) return api_error(c, 400, "'layer' and 'head' are required, e.g. /attention?layer=0&head=0");
     unsigned long long layer, head, id = 0;
     if (!api_parse_uint(q.layer, 1u << 20, &layer)) return api_error(c, 400, "'layer' must be a non-negative integer");
     if (!api_parse_uint(q.head, 1u << 20, &head)) return api_error(c, 400, "'head' must be a non-negative integer");
     bool by_id = q.id != NULL, want_values = false;
-    if (by_id) {
-        const char *s = q.id;
-        if (!strncmp(s, "gen-", 4)) s += 4;
-        if (!api_parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
-    }
+    uint64_t key = 0;
+    if (by_id && !api_parse_request_id(q.id, q.index, &key))
+        return api_error(c, 400, "'id' must look like gen-N, chatcmpl-N or cmpl-N (with 'index' 0..%d for a choice)",
+                         OAI_MAX_CHOICES - 1);
+    id = key;
     if (q.values) {
         if (!strcmp(q.values, "1") || !strcmp(q.values, "true")) want_values = true;
         else if (strcmp(q.values, "0") && strcmp(q.values, "false"))

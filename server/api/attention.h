@@ -25,6 +25,9 @@ enum MHD_Result api_attention(struct api_conn *c);
  * (out of memory). Thread-safe. */
 int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *out_id, int32_t **tokens, size_t *n);
 /* Parses a plain decimal number without sign, at most max. */
+/* Parses a request id as the generation routes answer it (gen-N, chatcmpl-N, cmpl-N; index: the
+ * choice of a chat or completion, NULL for 0) into its history key. False if malformed. */
+bool api_parse_request_id(const char *id, const char *index, uint64_t *key);
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 
 #define API_QUERY_MAX 8

@@ -31,6 +31,8 @@
 #include "server/api/attention.h"
 #include "server/api/errors.h"
 #include "server/api/generate.h"
+#include "server/api/oai_chat.h"
+#include "server/api/oai_completions.h"
 #include "server/api/logit_lens.h"
 #include "server/api/metrics.h"
 #include "server/api/web.h"
@@ -242,6 +244,8 @@ static const struct route g_routes[] = {
     {"/health", API_ROUTE_HEALTH, "GET, HEAD", true},
     {"/v1/models", API_ROUTE_MODELS, "GET, HEAD", false},
     {"/v1/generate", API_ROUTE_GENERATE, "POST", false},
+    {"/v1/chat/completions", API_ROUTE_CHAT, "POST", false},
+    {"/v1/completions", API_ROUTE_COMPLETIONS, "POST", false},
     {"/attention", API_ROUTE_ATTENTION, "GET, HEAD", false},
     {"/metrics", API_ROUTE_METRICS, "GET, HEAD", false},
     {"/logit_lens", API_ROUTE_LOGIT_LENS, "GET, HEAD", false},
@@ -265,7 +269,8 @@ static const struct route *find_route(const char *url)
 
 static bool method_allowed(const struct route *r, const char *method)
 {
-    if (r->id == API_ROUTE_GENERATE) return !strcmp(method, "POST");
+    if (r->id == API_ROUTE_GENERATE || r->id == API_ROUTE_CHAT || r->id == API_ROUTE_COMPLETIONS)
+        return !strcmp(method, "POST");
     return !strcmp(method, "GET") || !strcmp(method, "HEAD");
 }
 
@@ -339,12 +344,12 @@ static enum MHD_Result admit(struct api_conn *c, const struct route *r, const ch
     struct http_server *srv = c->srv;
     if (!(r && r->open) && !authorized(c))
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");
-    if (!r) return api_error(c, 404, "no route %s (routes: /v1/generate, /attention, /logit_lens, /health, /v1/models, /metrics, / for the playground)", c->path);
+    if (!r) return api_error(c, 404, "no route %s (routes: /v1/generate, /v1/chat/completions, /v1/completions, /attention, /logit_lens, /health, /v1/models, /metrics, / for the playground)", c->path);
     if (!method_allowed(r, method))
         return api_error_hdr(c, 405, "Allow", r->allow, "%s does not accept %s (allowed: %s)", r->path, c->method, r->allow);
     int st = atomic_load(&srv->state);
     if (r->id == API_ROUTE_GENERATE || r->id == API_ROUTE_ATTENTION || r->id == API_ROUTE_LOGIT_LENS ||
-        r->id == API_ROUTE_MODELS) {
+        r->id == API_ROUTE_MODELS || r->id == API_ROUTE_CHAT || r->id == API_ROUTE_COMPLETIONS) {
         if (st == API_STATE_LOADING) return api_error_hdr(c, 503, "Retry-After", "1", "the model is still loading");
         if (st == API_STATE_STOPPING) return api_error_hdr(c, 503, "Retry-After", "1", "the server is shutting down");
     }
@@ -420,6 +425,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     case API_ROUTE_HEALTH: return route_health(c);
     case API_ROUTE_MODELS: return route_models(c);
     case API_ROUTE_GENERATE: return api_generate(c);
+    case API_ROUTE_CHAT: return oai_chat(c);
+    case API_ROUTE_COMPLETIONS: return oai_completions(c);
     case API_ROUTE_ATTENTION: return api_attention(c);
     case API_ROUTE_METRICS: return metrics_route(c);
     case API_ROUTE_LOGIT_LENS: return api_logit_lens(c);
@@ -471,7 +478,8 @@ void http_config_default(struct http_config *cfg)
                                 .keep_requests = 16,
                                 .attention_max_tokens = 2048,
                                 .api_key = NULL,
-                                .max_connections = 256};
+                                .max_connections = 256,
+                                .chat_template = -1};
 }
 
 static attnd_status open_listener(struct http_server *srv, char *err, size_t errlen)

@@ -33,25 +33,24 @@ static void put_piece(struct api_buf *b, const struct tokenizer *tok, int id, ch
 enum MHD_Result api_logit_lens(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
-    static const char *const names[] = {"id", "pos", "top", NULL};
+    static const char *const names[] = {"id", "pos", "top", "index", NULL};
     struct {
-        const char *id, *pos, *top;
+        const char *id, *pos, *top, *index;
     } q;
     const char *val[API_QUERY_MAX];
     enum MHD_Result ret;
     if (!api_query_read(c, names, val, &ret)) return ret;
-    q.id = val[0], q.pos = val[1], q.top = val[2];
+    q.id = val[0], q.pos = val[1], q.top = val[2], q.index = val[3];
     if (!q.pos) return api_error(c, 400, "'pos' is required, e.g. /logit_lens?pos=3");
     unsigned long long pos, top = API_LOGIT_LENS_TOP_DEFAULT, id = 0;
     if (!api_parse_uint(q.pos, 1u << 30, &pos)) return api_error(c, 400, "'pos' must be a non-negative integer");
     if (q.top && (!api_parse_uint(q.top, API_LOGIT_LENS_TOP_MAX, &top) || top < 1))
         return api_error(c, 400, "'top' must be an integer 1..%d", API_LOGIT_LENS_TOP_MAX);
     bool by_id = q.id != NULL;
-    if (by_id) {
-        const char *s = q.id;
-        if (!strncmp(s, "gen-", 4)) s += 4;
-        if (!api_parse_uint(s, UINT64_MAX, &id)) return api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
-    }
+    uint64_t key = 0;
+    if (by_id && !api_parse_request_id(q.id, q.index, &key))
+        return api_error(c, 400, "'id' must look like gen-N, chatcmpl-N or cmpl-N (with 'index' for a choice)");
+    id = key;
 
     struct api_engine e;
     if (!api_engine_acquire(srv, &e)) return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
