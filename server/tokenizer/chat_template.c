@@ -86,15 +86,15 @@ bool chat_family_detect(const char *tmpl, size_t len, enum chat_family *out)
     return true;
 }
 
-enum chat_family chat_family_for_model(const struct gguf *g)
+enum chat_family chat_family_for_model(const struct gguf *g, bool log_choice)
 {
     struct gguf_str s = {0};
     enum chat_family f = CHAT_CHATML;
     if (!g || gguf_get_str(g, "tokenizer.chat_template", &s) != ATTND_OK || !s.ptr) {
-        log_info("chat template: the model file has none; using ChatML");
+        if (log_choice) log_info("chat template: the model file has none; using ChatML");
     } else if (!chat_family_detect(s.ptr, (size_t)s.len, &f)) {
-        log_info("chat template: the model's template is not one attnd knows; using ChatML");
-    } else {
+        if (log_choice) log_info("chat template: the model's template is not one attnd knows; using ChatML");
+    } else if (log_choice) {
         log_info("chat template: %s (recognised from tokenizer.chat_template)", chat_family_name(f));
     }
     return f;
