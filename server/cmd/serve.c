@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/chat_template.h"
 #include "attnd/http.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -86,10 +87,13 @@ static void usage(FILE *f)
             "  --max-connections N         concurrent connections (default 256)\n"
             "  --api-key KEY               require 'Authorization: Bearer KEY' on every route but /health\n"
             "  --api-key-file FILE         the same, the key read from FILE (first line)\n"
+            "  --chat-template NAME        chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
+            "                              (default: recognised from the model's tokenizer.chat_template)\n"
             "  --grace-ms N                on SIGTERM/SIGINT, how long requests in flight may run on\n"
             "                              (default 10000)\n"
             "  -h, --help                  this text\n"
-            "Routes: POST /v1/generate, GET /attention, GET /health, GET /v1/models, GET /metrics\n"
+            "Routes: POST /v1/generate, POST /v1/chat/completions, POST /v1/completions, GET /attention,\n"
+            "GET /logit_lens, GET /health, GET /v1/models, GET /metrics\n"
             "(README.md, section \"HTTP API\").\n");
 }
 
@@ -182,6 +186,13 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--max-connections")) {
             if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
             hc.max_connections = (int)l;
+        } else if (!strcmp(a, "--chat-template")) {
+            enum chat_family f;
+            if (chat_family_parse(v, &f)) {
+                fprintf(stderr, "attnd serve: --chat-template expects chatml, llama3, mistral, gemma or phi3, got '%s'\n", v);
+                return 2;
+            }
+            hc.chat_template = (int)f;
         } else if (!strcmp(a, "--grace-ms")) {
             if (cli_int(a, v, 0, 3600L * 1000, &grace_ms)) return 2;
         } else {
@@ -263,6 +274,8 @@ int cmd_serve(int argc, char **argv)
     if (!L.ok) goto out;
     struct model *m = L.m;
     struct sched *s = L.s;
+    if (hc.chat_template >= 0) log_info("chat template: %s (--chat-template)", chat_family_name((enum chat_family)hc.chat_template));
+    else chat_family_for_model(m->gguf, true); /* logs what it recognised */
     http_set_engine(srv, m, L.tok, s);
     log_info("ready: model %s (%s, %d layers, vocabulary %d), context %d tokens", m->name ? m->name : "?",
              m->hp.arch_name, m->hp.n_layer, m->hp.n_vocab, sched_n_ctx(s));

@@ -83,6 +83,11 @@ try {
     messages: [{ role: "system", content: [{ type: "text", text: "Be " }, { type: "text", text: "brief." }] }, messages[1]] });
   check(parts.choices[0].message.content === gen.text, "content parts == string content");
 
+  // `attnd chat` (the terminal chat) renders the same prompt and streams the same greedy reply
+  const cli = execFileSync(attnd, ["chat", "-m", modelPath, "--chat-template", "chatml", "--system", "Be brief.", "-n", "12",
+    "--temp", "0", "--threads", "2"], { input: "Hello there\n", stdio: ["pipe", "pipe", "ignore"] }).toString();
+  check(cli === gen.text + "\n", "attnd chat's reply == /v1/generate", [cli, gen.text]);
+
   // ---- streamed chat with the usage chunk ---------------------------------------------------
   const stream = await client.chat.completions.create({ model, messages, max_tokens: 12, ...greedy, stream: true,
     stream_options: { include_usage: true } });
