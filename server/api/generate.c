@@ -384,6 +384,17 @@ bool api_json_int(const cJSON *it, double lo, double hi, double *out)
     return true;
 }
 
+bool api_json_repeated(const cJSON *root, const cJSON *it, char *err, size_t errlen)
+{
+    const char *k = it->string ? it->string : "";
+    for (const cJSON *o = root->child; o && o != it; o = o->next)
+        if (o->string && !strcmp(o->string, k)) {
+            snprintf(err, errlen, "field '%s' appears twice", k);
+            return true;
+        }
+    return false;
+}
+
 int api_gen_prompt(const cJSON *it, const struct api_engine *e, int32_t **prompt, size_t *n_prompt, char *err,
                    size_t errlen)
 {
@@ -541,11 +552,7 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
     cJSON_ArrayForEach(it, root)
     {
         const char *k = it->string ? it->string : "";
-        for (const cJSON *o = root->child; o != it; o = o->next)
-            if (o->string && !strcmp(o->string, k)) {
-                snprintf(err, errlen, "field '%s' appears twice", k);
-                return 400;
-            }
+        if (api_json_repeated(root, it, err, errlen)) return 400;
         double v;
         bool ok = true;
         const char *want = NULL;

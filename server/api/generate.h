@@ -37,6 +37,9 @@ int api_gen_field(const struct api_conn *c, const struct cJSON *it, struct sched
 int api_gen_prompt(const struct cJSON *it, const struct api_engine *e, int32_t **prompt, size_t *n_prompt, char *err,
                    size_t errlen);
 
+/* True (with the message in err) if member it of object root has a name an earlier member has. */
+bool api_json_repeated(const struct cJSON *root, const struct cJSON *it, char *err, size_t errlen);
+
 /* True if it is an integer-valued JSON number in [lo, hi]; *out receives it. */
 bool api_json_int(const struct cJSON *it, double lo, double hi, double *out);
 

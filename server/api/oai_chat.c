@@ -133,16 +133,6 @@ static int chat_field(const struct api_conn *c, const cJSON *it, struct oai_para
     } else if (!strcmp(k, "top_logprobs")) {
         if (!api_json_int(it, 0, SCHED_MAX_LOGPROBS, &v)) goto bad_int;
         *top = (int)v;
-    } else if (!strcmp(k, "stream")) {
-        if (!cJSON_IsBool(it) && !cJSON_IsNull(it)) goto bad_bool;
-        p->stream = cJSON_IsTrue(it);
-    } else if (!strcmp(k, "stream_options")) {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "include_usage");
-        if (!cJSON_IsNull(it) && (!cJSON_IsObject(it) || (u && !cJSON_IsBool(u)))) {
-            snprintf(err, errlen, "'stream_options' must be an object like {\"include_usage\":true}");
-            return 400;
-        }
-        p->include_usage = cJSON_IsTrue(u);
     } else return -1;
     return 0;
 bad_int:
@@ -187,17 +177,17 @@ static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSO
     {
         const char *k = it->string ? it->string : "";
         *param = k;
-        for (const cJSON *o = root->child; o != it; o = o->next)
-            if (o->string && !strcmp(o->string, k)) {
-                snprintf(err, errlen, "field '%s' appears twice", k);
-                return 400;
-            }
+        int code = oai_common_field(root, it, p, err, errlen);
+        if (code >= 0) {
+            if (code) return code;
+            continue;
+        }
         if (!strcmp(k, "messages")) {
             msgs = it;
             continue;
         }
         if (in(IGNORED, k)) continue;
-        int code = refused_field(it, err, errlen);
+        code = refused_field(it, err, errlen);
         if (code) return code;
         if (in(REFUSED, k) || !strcmp(k, "response_format") || !strcmp(k, "logit_bias")) continue;
         if (cJSON_IsNull(it)) continue; /* the client's way of saying "default" */
@@ -227,31 +217,4 @@ static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSO
     return parse_messages(msgs, e, c->srv, p, err, errlen);
 }
 
-enum MHD_Result oai_chat(struct api_conn *c)
-{
-    enum MHD_Result ret;
-    cJSON *root = oai_parse_body(c, &ret);
-    if (!root) return ret;
-    struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return oai_error(c, 503, NULL, NULL, "no model is loaded");
-    }
-    struct oai_params p;
-    oai_params_init(&p);
-    p.kind = OAI_CHAT;
-    char err[512] = "";
-    const char *param = NULL;
-    int code = parse_chat(c, &e, root, &p, &param, err, sizeof err);
-    if (code) {
-        api_engine_release(c->srv);
-        oai_params_free(&p);
-        char pbuf[64];
-        snprintf(pbuf, sizeof pbuf, "%s", param ? param : "");
-        cJSON_Delete(root);
-        return oai_error(c, code, param ? pbuf : NULL, NULL, "%s", err);
-    }
-    ret = oai_run(c, &e, &p); /* releases the engine */
-    cJSON_Delete(root);
-    return ret;
-}
+enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, OAI_CHAT, parse_chat); }

@@ -23,6 +23,7 @@
 #include "attnd/tokenizer.h"
 #include "server/api/attention.h"
 #include "server/api/errors.h"
+#include "server/api/generate.h"
 #include "server/api/metrics.h"
 
 #define WAIT_SLICE_MS 200 /* how often a waiting connection checks its socket */
@@ -124,6 +125,56 @@ void oai_params_free(struct oai_params *p)
 {
     for (int i = 0; i < p->n_prompts; i++) free(p->prompts[i]);
     p->n_prompts = 0;
+}
+
+int oai_common_field(const cJSON *root, const cJSON *it, struct oai_params *p, char *err, size_t errlen)
+{
+    const char *k = it->string ? it->string : "";
+    if (api_json_repeated(root, it, err, errlen)) return 400;
+    if (!strcmp(k, "stream")) {
+        if (!cJSON_IsBool(it) && !cJSON_IsNull(it)) {
+            snprintf(err, errlen, "'stream' must be true or false");
+            return 400;
+        }
+        p->stream = cJSON_IsTrue(it);
+        return 0;
+    }
+    if (strcmp(k, "stream_options")) return -1;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "include_usage");
+    if (!cJSON_IsNull(it) && (!cJSON_IsObject(it) || (u && !cJSON_IsBool(u)))) {
+        snprintf(err, errlen, "'stream_options' must be an object like {\"include_usage\":true}");
+        return 400;
+    }
+    p->include_usage = cJSON_IsTrue(u);
+    return 0;
+}
+
+enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse)
+{
+    enum MHD_Result ret;
+    cJSON *root = oai_parse_body(c, &ret);
+    if (!root) return ret;
+    struct api_engine e;
+    if (!api_engine_acquire(c->srv, &e)) {
+        cJSON_Delete(root);
+        return oai_error(c, 503, NULL, NULL, "no model is loaded");
+    }
+    struct oai_params p;
+    oai_params_init(&p);
+    p.kind = kind;
+    char err[512] = "", pbuf[64] = "";
+    const char *param = NULL;
+    int code = parse(c, &e, root, &p, &param, err, sizeof err);
+    if (code) {
+        api_engine_release(c->srv);
+        oai_params_free(&p);
+        if (param) snprintf(pbuf, sizeof pbuf, "%s", param); /* param points into root */
+        cJSON_Delete(root);
+        return oai_error(c, code, param ? pbuf : NULL, NULL, "%s", err);
+    }
+    ret = oai_run(c, &e, &p); /* releases the engine; root holds the stop strings until then */
+    cJSON_Delete(root);
+    return ret;
 }
 
 int oai_chat_family(const struct http_server *srv, const struct api_engine *e)

@@ -60,6 +60,18 @@ void oai_params_free(struct oai_params *p);
  * oai_run releases it. Errors go through oai_error. */
 enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct oai_params *p);
 
+/* Reads a route's own fields from root into p (the engine is held). Returns 0 or an HTTP status
+ * with the reason in err and the field at fault in *param (NULL: none). */
+typedef int (*oai_parse_fn)(struct api_conn *c, const struct api_engine *e, const struct cJSON *root,
+                            struct oai_params *p, const char **param, char *err, size_t errlen);
+
+/* A whole route: reads the body, holds the engine, parses with parse, then oai_run(). */
+enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse);
+
+/* The fields both routes read the same way: stream, stream_options, a field that appears twice
+ * (refused). Returns 0 (read), -1 (not one of them) or 400 with the reason in err. */
+int oai_common_field(const struct cJSON *root, const struct cJSON *it, struct oai_params *p, char *err, size_t errlen);
+
 /* The chat template family chat requests use: --chat-template, else the model file's. */
 int oai_chat_family(const struct http_server *srv, const struct api_engine *e);
 

@@ -53,20 +53,12 @@ static int text_field(const cJSON *it, struct oai_params *p, char *err, size_t e
             return 400;
         }
         p->logprobs = (int)v;
-    } else if (!strcmp(k, "echo") || !strcmp(k, "stream")) {
+    } else if (!strcmp(k, "echo")) {
         if (!cJSON_IsBool(it)) {
-            snprintf(err, errlen, "'%s' must be true or false", k);
+            snprintf(err, errlen, "'echo' must be true or false");
             return 400;
         }
-        if (!strcmp(k, "echo")) p->echo = cJSON_IsTrue(it);
-        else p->stream = cJSON_IsTrue(it);
-    } else if (!strcmp(k, "stream_options")) {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "include_usage");
-        if (!cJSON_IsObject(it) || (u && !cJSON_IsBool(u))) {
-            snprintf(err, errlen, "'stream_options' must be an object like {\"include_usage\":true}");
-            return 400;
-        }
-        p->include_usage = cJSON_IsTrue(u);
+        p->echo = cJSON_IsTrue(it);
     } else if (!strcmp(k, "suffix")) {
         if (!(cJSON_IsString(it) && !it->valuestring[0])) {
             snprintf(err, errlen, "'suffix' (insertion) is not supported by attnd");
@@ -89,17 +81,17 @@ static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSO
     {
         const char *k = it->string ? it->string : "";
         *param = k;
-        for (const cJSON *o = root->child; o != it; o = o->next)
-            if (o->string && !strcmp(o->string, k)) {
-                snprintf(err, errlen, "field '%s' appears twice", k);
-                return 400;
-            }
+        int code = oai_common_field(root, it, p, err, errlen);
+        if (code >= 0) {
+            if (code) return code;
+            continue;
+        }
         if (!strcmp(k, "prompt")) {
             prompt = it;
             continue;
         }
         if (!strcmp(k, "model") || !strcmp(k, "user") || cJSON_IsNull(it)) continue;
-        int code = text_field(it, p, err, errlen);
+        code = text_field(it, p, err, errlen);
         if (code < 0 && (code = api_gen_field(c, it, &p->req, p->stops, &p->max_given, err, errlen)) == 0 &&
             !strcmp(k, "seed"))
             p->seed_given = true;
@@ -122,31 +114,4 @@ static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSO
     return parse_prompts(prompt, e, p, err, errlen);
 }
 
-enum MHD_Result oai_completions(struct api_conn *c)
-{
-    enum MHD_Result ret;
-    cJSON *root = oai_parse_body(c, &ret);
-    if (!root) return ret;
-    struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return oai_error(c, 503, NULL, NULL, "no model is loaded");
-    }
-    struct oai_params p;
-    oai_params_init(&p);
-    p.kind = OAI_TEXT;
-    char err[512] = "";
-    const char *param = NULL;
-    int code = parse_text(c, &e, root, &p, &param, err, sizeof err);
-    if (code) {
-        api_engine_release(c->srv);
-        oai_params_free(&p);
-        char pbuf[64];
-        snprintf(pbuf, sizeof pbuf, "%s", param ? param : "");
-        cJSON_Delete(root);
-        return oai_error(c, code, param ? pbuf : NULL, NULL, "%s", err);
-    }
-    ret = oai_run(c, &e, &p); /* releases the engine */
-    cJSON_Delete(root);
-    return ret;
-}
+enum MHD_Result oai_completions(struct api_conn *c) { return oai_route(c, OAI_TEXT, parse_text); }
