@@ -104,12 +104,22 @@ bool api_query_read(struct api_conn *c, const char *const *names, const char **v
 bool api_parse_request_id(const char *id, const char *index, uint64_t *key)
 {
     unsigned long long n, i = 0;
-    bool oai = !strncmp(id, "chatcmpl-", 9) || !strncmp(id, "cmpl-", 5);
-    if (!strncmp(id, "gen-", 4) || oai) id = strchr(id, '-') + 1;
+    bool chat = !strncmp(id, "chatcmpl-", 9), text = !strncmp(id, "cmpl-", 5);
+    if (!strncmp(id, "gen-", 4) || chat || text) id = strchr(id, '-') + 1;
     if (!api_parse_uint(id, (1ull << 48) - 1, &n)) return false;
-    if (index && (!oai || !api_parse_uint(index, OAI_MAX_CHOICES - 1, &i))) return false;
-    *key = oai_history_key(n, (unsigned)i);
+    if (index && (!(chat || text) || !api_parse_uint(index, OAI_MAX_CHOICES - 1, &i))) return false;
+    *key = chat || text ? oai_history_key(chat ? OAI_CHAT : OAI_TEXT, n, (unsigned)i) : n;
     return true;
+}
+
+void api_request_id_str(uint64_t key, char *buf, size_t cap)
+{
+    enum oai_kind kind;
+    unsigned index;
+    uint64_t n;
+    if (oai_history_split(key, &kind, &n, &index))
+        snprintf(buf, cap, "%s-%llu", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)n);
+    else snprintf(buf, cap, "gen-%llu", (unsigned long long)key);
 }
 
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
@@ -182,15 +192,17 @@ enum MHD_Result api_attention(struct api_conn *c)
     int code = api_history_get(srv, by_id, id, &rid, &tokens, &n);
     if (code == 404) {
         if (by_id)
-            return api_error(c, 404, "no finished request gen-%llu (the last %d finished requests are kept)", id,
+            return api_error(c, 404, "no finished request %s (the last %d finished requests are kept)", q.id,
                              srv->cfg.keep_requests);
         return api_error(c, 404, "no request has finished yet");
     }
     if (code) return api_error_hdr(c, 503, "Retry-After", "1", "out of memory");
+    char rname[64];
+    api_request_id_str(rid, rname, sizeof rname);
     if (n > (size_t)srv->cfg.attention_max_tokens) {
         free(tokens);
-        return api_error(c, 413, "request gen-%llu has %zu tokens; /attention maps at most %d (--attention-max-tokens)",
-                         (unsigned long long)rid, n, srv->cfg.attention_max_tokens);
+        return api_error(c, 413, "request %s has %zu tokens; /attention maps at most %d (--attention-max-tokens)",
+                         rname, n, srv->cfg.attention_max_tokens);
     }
     /* the last generated token may never have been evaluated, and a full context has no room
      * for it: map the first n_ctx tokens (rows are causal, so they do not depend on the rest) */
@@ -198,7 +210,7 @@ enum MHD_Result api_attention(struct api_conn *c)
     if (truncated) n = n_ctx;
     if (n == 0) {
         free(tokens);
-        return api_error(c, 404, "request gen-%llu has no tokens", (unsigned long long)rid);
+        return api_error(c, 404, "request %s has no tokens", rname);
     }
 
     const size_t hd = (size_t)hp.head_dim;
@@ -238,9 +250,9 @@ enum MHD_Result api_attention(struct api_conn *c)
                       : api_error(c, hc, "attention map failed: %s", why);
     } else {
         struct api_buf b = {0};
-        api_buf_printf(&b, "{\"id\":\"gen-%llu\",\"layer\":%llu,\"head\":%llu,\"kv_head\":%llu,\"n_tokens\":%zu,"
+        api_buf_printf(&b, "{\"id\":\"%s\",\"layer\":%llu,\"head\":%llu,\"kv_head\":%llu,\"n_tokens\":%zu,"
                            "\"head_dim\":%zu,\"truncated\":%s,\"token_ids\":[",
-                       (unsigned long long)rid, layer, head, head / (unsigned long long)(hp.n_head / hp.n_head_kv), n, hd,
+                       rname, layer, head, head / (unsigned long long)(hp.n_head / hp.n_head_kv), n, hd,
                        truncated ? "true" : "false");
         for (size_t i = 0; i < n; i++) api_buf_printf(&b, "%s%d", i ? "," : "", tokens[i]);
         api_buf_puts(&b, "],\"tokens\":[");

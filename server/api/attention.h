@@ -28,6 +28,8 @@ int api_history_get(struct http_server *srv, bool by_id, uint64_t id, uint64_t *
 /* Parses a request id as the generation routes answer it (gen-N, chatcmpl-N, cmpl-N; index: the
  * choice of a chat or completion, NULL for 0) into its history key. False if malformed. */
 bool api_parse_request_id(const char *id, const char *index, uint64_t *key);
+/* The id a history key was answered under ("gen-N", "chatcmpl-N", "cmpl-N"), into buf. */
+void api_request_id_str(uint64_t key, char *buf, size_t cap);
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 
 #define API_QUERY_MAX 8

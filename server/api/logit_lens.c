@@ -65,22 +65,24 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
     int code = api_history_get(srv, by_id, id, &rid, &tokens, &n);
     if (code == 404) {
         if (by_id)
-            return api_error(c, 404, "no finished request gen-%llu (the last %d finished requests are kept)", id,
+            return api_error(c, 404, "no finished request %s (the last %d finished requests are kept)", q.id,
                              srv->cfg.keep_requests);
         return api_error(c, 404, "no request has finished yet");
     }
     if (code) return api_error_hdr(c, 503, "Retry-After", "1", "out of memory");
+    char rname[64];
+    api_request_id_str(rid, rname, sizeof rname);
     if (n > (size_t)srv->cfg.attention_max_tokens) {
         free(tokens);
-        return api_error(c, 413, "request gen-%llu has %zu tokens; /logit_lens reads at most %d (--attention-max-tokens)",
-                         (unsigned long long)rid, n, srv->cfg.attention_max_tokens);
+        return api_error(c, 413, "request %s has %zu tokens; /logit_lens reads at most %d (--attention-max-tokens)",
+                         rname, n, srv->cfg.attention_max_tokens);
     }
     /* as /attention: a request that filled its context is read over its first n_ctx tokens */
     if (n > n_ctx) n = n_ctx;
     if (pos >= n) {
         free(tokens);
-        return api_error(c, 400, "'pos' %llu is out of range (request gen-%llu has positions 0..%zu)", pos,
-                         (unsigned long long)rid, n ? n - 1 : 0);
+        return api_error(c, 400, "'pos' %llu is out of range (request %s has positions 0..%zu)", pos,
+                         rname, n ? n - 1 : 0);
     }
 
     const size_t k = (size_t)top, cells = (size_t)n_layer * k;
@@ -101,7 +103,7 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
         size_t cap = tok_max_piece(e.tok) + 8;
         if (!st && !(piece = malloc(cap))) st = ATTND_ERR_NOMEM;
         if (!st) {
-            api_buf_printf(&b, "{\"id\":\"gen-%llu\",\"pos\":%llu,\"token_id\":%d,\"token\":", (unsigned long long)rid,
+            api_buf_printf(&b, "{\"id\":\"%s\",\"pos\":%llu,\"token_id\":%d,\"token\":", rname,
                            pos, tokens[pos]);
             put_piece(&b, e.tok, tokens[pos], piece, cap);
             api_buf_printf(&b, ",\"n_tokens\":%zu,\"top\":%zu,\"layers\":[", n, k);

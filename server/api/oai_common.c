@@ -183,7 +183,21 @@ int oai_chat_family(const struct http_server *srv, const struct api_engine *e)
     return (int)chat_family_for_model(e->model->gguf, false);
 }
 
-uint64_t oai_history_key(uint64_t id, unsigned index) { return id | ((uint64_t)index << 48); }
+/* key bits: 0..47 the response number, 48..55 the choice, 56..63 the kind + 1 */
+uint64_t oai_history_key(enum oai_kind kind, uint64_t id, unsigned index)
+{
+    return (id & ((1ull << 48) - 1)) | ((uint64_t)(index & 0xff) << 48) | ((uint64_t)(kind + 1) << 56);
+}
+
+bool oai_history_split(uint64_t key, enum oai_kind *kind, uint64_t *id, unsigned *index)
+{
+    unsigned k = (unsigned)(key >> 56);
+    if (k != OAI_CHAT + 1 && k != OAI_TEXT + 1) return false;
+    *kind = (enum oai_kind)(k - 1);
+    *id = key & ((1ull << 48) - 1);
+    *index = (unsigned)(key >> 48) & 0xff;
+    return true;
+}
 
 /* ==============================================================================================
  * The job
@@ -506,7 +520,7 @@ static void on_event(void *ud, const struct sched_event *ev)
         if (ev->kind == SCHED_EV_DONE) {
             metrics_tokens(j->srv->metrics, ev->prompt_tokens, ev->completion_tokens);
             pthread_mutex_lock(&j->mu);
-            uint64_t key = oai_history_key(c->index ? j->id0 : ev->id, (unsigned)c->index);
+            uint64_t key = oai_history_key(j->kind, c->index ? j->id0 : ev->id, (unsigned)c->index);
             pthread_mutex_unlock(&j->mu);
             api_attention_remember(j->srv, key, c->prompt, c->n_prompt, c->toks, c->n_toks);
         }
