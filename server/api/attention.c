@@ -29,6 +29,15 @@ struct attn_result {
     struct api_buf pieces; /* the tokens' texts, comma-separated JSON strings */
 };
 
+/* A flag given as 0, 1, false or true. */
+static bool parse_flag(const char *s, bool *out)
+{
+    if (!strcmp(s, "1") || !strcmp(s, "true")) *out = true;
+    else if (!strcmp(s, "0") || !strcmp(s, "false")) *out = false;
+    else return false;
+    return true;
+}
+
 static bool parse_query(struct api_conn *c, struct attn_query *q, enum MHD_Result *ret)
 {
     static const char *const names[] = {"layer", "head", "id", "values", NULL};
@@ -42,8 +51,7 @@ static bool parse_query(struct api_conn *c, struct attn_query *q, enum MHD_Resul
         *ret = api_error(c, 400, "'layer' must be a non-negative integer");
     else if (!api_parse_uint(head, 1u << 20, &q->head))
         *ret = api_error(c, 400, "'head' must be a non-negative integer");
-    else if (values && !(q->values = !strcmp(values, "1") || !strcmp(values, "true")) && strcmp(values, "0") &&
-             strcmp(values, "false"))
+    else if (values && !parse_flag(values, &q->values))
         *ret = api_error(c, 400, "'values' must be 0, 1, true or false");
     else return true;
     return false;
