@@ -57,7 +57,7 @@ struct http_server {
     const struct tokenizer *tok;
     struct sched *sched;
 
-    /* mu guards everything below. */
+    /* mu guards everything below (and closing listen_fd, http_stop_accepting()). */
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* signalled when inflight drops */
     int inflight;           /* submitted generation requests whose connection is not released */

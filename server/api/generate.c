@@ -47,7 +47,7 @@ struct gen {
     int logprobs;          /* top alternatives per token (0: no logprobs) */
     int fd;                /* the client's socket, for hang-up checks */
     char model_name[128];
-    int32_t *prompt;       /* (n_prompt) kept for /attention's history */
+    int32_t *prompt;       /* (n_prompt) kept for the history of finished requests (history.h) */
     size_t n_prompt;
     int32_t *toks;         /* (n_toks) generated ids */
     size_t n_toks, cap_toks;
@@ -195,7 +195,7 @@ static void on_event(void *ud, const struct sched_event *ev)
     bool last = ev->kind != SCHED_EV_TOKEN;
     if (last) {
         /* Book-keeping before the answer can go out, so a client that has its answer finds the
-         * request in /attention and in /metrics. g->toks is written only by this callback. */
+         * request in the history and in /metrics. g->toks is written only by this callback. */
         if (ev->kind == SCHED_EV_DONE) {
             metrics_finish(mt, metrics_finish_from(ev->finish_reason ? ev->finish_reason : "stop"));
             metrics_tokens(mt, ev->prompt_tokens, ev->completion_tokens);
