@@ -28,7 +28,7 @@ struct api_engine;
  * point into the cJSON tree; req->stops is left to the caller); *max_given is set for
  * max_tokens. Returns 0 (parsed), -1 (not one of these fields: nothing done) or 400 with the
  * reason in err. sampler_params_validate() is the caller's, once every field is read. */
-int api_gen_field(const struct api_conn *c, const struct cJSON *it, struct sched_request *req, const char **stops,
+int api_gen_field(const struct http_server *srv, const struct cJSON *it, struct sched_request *req, const char **stops,
                   bool *max_given, char *err, size_t errlen);
 
 /* Tokenizes a prompt given as a string (BOS as the model asks, special tokens not parsed) or as
@@ -36,6 +36,10 @@ int api_gen_field(const struct api_conn *c, const struct cJSON *it, struct sched
  * 503, 500) with the reason in err; *prompt is malloc'd (the caller frees it, also on failure). */
 int api_gen_prompt(const struct cJSON *it, const struct api_engine *e, int32_t **prompt, size_t *n_prompt, char *err,
                    size_t errlen);
+
+/* Parses c's body as one JSON value with nothing but white space after it. Returns the tree
+ * (the caller deletes it), or NULL with the reason for a 400 in err. */
+struct cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen);
 
 /* True (with the message in err) if member it of object root has a name an earlier member has. */
 bool api_json_repeated(const struct cJSON *root, const struct cJSON *it, char *err, size_t errlen);

@@ -195,7 +195,7 @@ static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSO
             if (code) return code;
             continue;
         }
-        if ((code = api_gen_field(c, it, &p->req, p->stops, &p->max_given, err, errlen)) >= 0) {
+        if ((code = api_gen_field(c->srv, it, &p->req, p->stops, &p->max_given, err, errlen)) >= 0) {
             if (code) return code;
             if (!strcmp(k, "seed")) p->seed_given = true;
             continue;

@@ -21,7 +21,7 @@
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
-#include "server/api/attention.h"
+#include "server/api/history.h"
 #include "server/api/errors.h"
 #include "server/api/generate.h"
 #include "server/api/metrics.h"
@@ -60,7 +60,7 @@ static void put_error(struct http_server *srv, struct api_buf *b, int status, co
     api_buf_puts(b, ",\"code\":");
     put_null_or_str(b, code);
     api_buf_puts(b, "}}");
-    metrics_error(srv->metrics, api_error_type(status));
+    api_error_count(srv, status);
 }
 
 enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, const char *code, const char *fmt, ...)
@@ -82,24 +82,12 @@ enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, con
 
 cJSON *oai_parse_body(struct api_conn *c, enum MHD_Result *ret)
 {
-    if (!c->body_len) {
-        *ret = oai_error(c, 400, NULL, NULL, "the body is empty; send a JSON object");
-        return NULL;
-    }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
+    char err[256];
+    cJSON *root = api_json_body(c, err, sizeof err);
     if (!root) {
-        size_t at = end && end >= c->body ? (size_t)(end - c->body) : 0;
-        *ret = oai_error(c, 400, NULL, NULL, "the body is not valid JSON (error near byte %zu)", at);
+        *ret = oai_error(c, 400, NULL, NULL, "%s", err);
         return NULL;
     }
-    for (const char *q = end; q < c->body + c->body_len; q++)
-        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            cJSON_Delete(root);
-            *ret = oai_error(c, 400, NULL, NULL, "the body has bytes after the JSON value (at byte %zu)",
-                             (size_t)(q - c->body));
-            return NULL;
-        }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         *ret = oai_error(c, 400, NULL, NULL, "the body must be a JSON object");
@@ -183,22 +171,6 @@ int oai_chat_family(const struct http_server *srv, const struct api_engine *e)
     return (int)chat_family_for_model(e->model->gguf, false);
 }
 
-/* key bits: 0..47 the response number, 48..55 the choice, 56..63 the kind + 1 */
-uint64_t oai_history_key(enum oai_kind kind, uint64_t id, unsigned index)
-{
-    return (id & ((1ull << 48) - 1)) | ((uint64_t)(index & 0xff) << 48) | ((uint64_t)(kind + 1) << 56);
-}
-
-bool oai_history_split(uint64_t key, enum oai_kind *kind, uint64_t *id, unsigned *index)
-{
-    unsigned k = (unsigned)(key >> 56);
-    if (k != OAI_CHAT + 1 && k != OAI_TEXT + 1) return false;
-    *kind = (enum oai_kind)(k - 1);
-    *id = key & ((1ull << 48) - 1);
-    *index = (unsigned)(key >> 48) & 0xff;
-    return true;
-}
-
 /* ==============================================================================================
  * The job
  * ============================================================================================== */
@@ -277,12 +249,6 @@ static void job_unref(struct oai_job *j)
     free(j);
 }
 
-static int status_code(attnd_status st)
-{
-    if (st == ATTND_ERR_INVALID || st == ATTND_ERR_RANGE) return 400;
-    if (st == ATTND_ERR_UNSUPPORTED || st == ATTND_ERR_NOMEM) return 503;
-    return 500;
-}
 
 /* ---- JSON pieces ----------------------------------------------------------------------------- */
 
@@ -485,7 +451,7 @@ static void on_last(struct oai_job *j, struct oai_choice *c, const struct sched_
     j->n_done++;
     if (ev->kind == SCHED_EV_ERROR) {
         j->failed = true;
-        j->err_code = status_code(ev->status);
+        j->err_code = api_status_code(ev->status, false);
         snprintf(j->err_msg, sizeof j->err_msg, "%s", ev->message ? ev->message : attnd_status_str(ev->status));
         for (int i = 0; i < j->n_choices; i++)
             if (!j->ch[i].done && j->ch[i].id) sched_cancel(j->sched, j->ch[i].id);
@@ -516,13 +482,15 @@ static void on_event(void *ud, const struct sched_event *ev)
     bool last = ev->kind != SCHED_EV_TOKEN;
     if (last) {
         /* before the answer can go out: a client that has it finds the choice in /attention */
-        metrics_finish(j->srv->metrics, ev->kind == SCHED_EV_DONE && ev->finish_reason ? ev->finish_reason : "error");
+        metrics_finish(j->srv->metrics, ev->kind == SCHED_EV_DONE ? metrics_finish_from(ev->finish_reason ? ev->finish_reason : "stop")
+                                                                  : METRICS_FINISH_ERROR);
         if (ev->kind == SCHED_EV_DONE) {
             metrics_tokens(j->srv->metrics, ev->prompt_tokens, ev->completion_tokens);
             pthread_mutex_lock(&j->mu);
-            uint64_t key = oai_history_key(j->kind, c->index ? j->id0 : ev->id, (unsigned)c->index);
+            uint64_t key = api_history_key(j->kind == OAI_CHAT ? API_HISTORY_CHAT : API_HISTORY_CMPL,
+                                           c->index ? j->id0 : ev->id, (unsigned)c->index);
             pthread_mutex_unlock(&j->mu);
-            api_attention_remember(j->srv, key, c->prompt, c->n_prompt, c->toks, c->n_toks);
+            api_history_remember(j->srv, key, c->prompt, c->n_prompt, c->toks, c->n_toks);
         }
     }
     pthread_mutex_lock(&j->mu);
@@ -572,10 +540,7 @@ static void job_end(struct api_conn *c, bool ok)
         log_info("%s-%llu: client went away, %d choice(s) cancelled", j->kind == OAI_CHAT ? "chatcmpl" : "cmpl",
                  (unsigned long long)j->id0, n);
     }
-    pthread_mutex_lock(&srv->mu);
-    srv->inflight--;
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
+    api_inflight_end(srv);
     c->job = NULL;
     c->job_end = NULL;
     job_unref(j);
@@ -793,7 +758,7 @@ static int submit(struct oai_job *j, const struct api_engine *e, const struct oa
         if (i == 0) j->id0 = id;
     }
     pthread_mutex_unlock(&j->mu);
-    return st ? status_code(st) : 0;
+    return st ? api_status_code(st, false) : 0;
 }
 
 enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct oai_params *p)
@@ -825,9 +790,7 @@ enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct o
         if (j) job_unref(j);
         return oai_error(c, code, param, NULL, "%s", err);
     }
-    pthread_mutex_lock(&srv->mu);
-    srv->inflight++;
-    pthread_mutex_unlock(&srv->mu);
+    api_inflight_begin(srv);
     c->job = j;
     c->job_end = job_end;
     return j->stream ? answer_stream(c, j) : answer_whole(c, j);

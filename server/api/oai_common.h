@@ -6,7 +6,7 @@
  * A job's choices are independent scheduler requests; choices with the same prompt share its
  * full KV blocks through the prefix cache. Their ids: the response id is "chatcmpl-N" or
  * "cmpl-N", where N is the scheduler id of choice 0; choice i is kept in the /attention history
- * under oai_history_key(kind, N, i), apart from /v1/generate's keys (its scheduler ids).
+ * under api_history_key(API_HISTORY_CHAT or _CMPL, N, i) (history.h).
  */
 #ifndef ATTND_API_OAI_COMMON_H
 #define ATTND_API_OAI_COMMON_H
@@ -18,6 +18,7 @@
 
 #include "attnd/sched.h"
 #include "server/api/api.h"
+#include "server/api/buf.h"
 
 struct cJSON;
 
@@ -75,9 +76,5 @@ int oai_common_field(const struct cJSON *root, const struct cJSON *it, struct oa
 /* The chat template family chat requests use: --chat-template, else the model file's. */
 int oai_chat_family(const struct http_server *srv, const struct api_engine *e);
 
-/* The /attention history key of choice index of the response whose number is id (< 2^48). */
-uint64_t oai_history_key(enum oai_kind kind, uint64_t id, unsigned index);
-/* The inverse: false for a key that is not an OpenAI route's (a /v1/generate id). */
-bool oai_history_split(uint64_t key, enum oai_kind *kind, uint64_t *id, unsigned *index);
 
 #endif

@@ -92,7 +92,7 @@ static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSO
         }
         if (!strcmp(k, "model") || !strcmp(k, "user") || cJSON_IsNull(it)) continue;
         code = text_field(it, p, err, errlen);
-        if (code < 0 && (code = api_gen_field(c, it, &p->req, p->stops, &p->max_given, err, errlen)) == 0 &&
+        if (code < 0 && (code = api_gen_field(c->srv, it, &p->req, p->stops, &p->max_given, err, errlen)) == 0 &&
             !strcmp(k, "seed"))
             p->seed_given = true;
         if (code > 0) return code;

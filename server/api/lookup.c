@@ -1,0 +1,86 @@
+/* lookup.c - see lookup.h. */
+#include "server/api/lookup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "attnd/sched.h"
+#include "attnd/tokenizer.h"
+#include "server/api/errors.h"
+#include "server/api/history.h"
+#include "server/api/query.h"
+
+bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *index_param, struct api_lookup *lk,
+                      enum MHD_Result *ret)
+{
+    *lk = (struct api_lookup){.by_id = id_param != NULL, .want_name = id_param};
+    if ((lk->by_id || index_param) && !api_parse_request_id(id_param, index_param, &lk->want_id)) {
+        *ret = api_error(c, 400, "'id' must look like gen-N, chatcmpl-N or cmpl-N (as the routes answer), with "
+                                 "'index' 0..255 only for the last two");
+        return false;
+    }
+    struct api_engine e;
+    if (!api_engine_acquire(c->srv, &e)) {
+        *ret = api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
+        return false;
+    }
+    lk->hp = e.model->hp;
+    lk->n_ctx = (size_t)sched_n_ctx(e.sched);
+    api_engine_release(c->srv);
+    return true;
+}
+
+bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *reads, enum MHD_Result *ret)
+{
+    struct http_server *srv = c->srv;
+    int code = api_history_get(srv, lk->by_id, lk->want_id, &lk->id, &lk->tokens, &lk->n);
+    if (code == 404) {
+        if (lk->by_id)
+            *ret = api_error(c, 404, "no finished request %s (the last %d finished requests are kept)",
+                             lk->want_name, srv->cfg.keep_requests);
+        else *ret = api_error(c, 404, "no request has finished yet");
+        return false;
+    }
+    if (code) {
+        *ret = api_error_hdr(c, 503, "Retry-After", "1", "out of memory");
+        return false;
+    }
+    api_history_id_str(lk->id, lk->name, sizeof lk->name);
+    if (lk->n > (size_t)srv->cfg.attention_max_tokens) {
+        *ret = api_error(c, 413, "request %s has %zu tokens; %s at most %d (--attention-max-tokens)",
+                         lk->name, lk->n, reads, srv->cfg.attention_max_tokens);
+        api_lookup_free(lk);
+        return false;
+    }
+    /* the last generated token may never have been evaluated, and a full context has no room
+     * for it: read the first n_ctx tokens */
+    lk->truncated = lk->n > lk->n_ctx;
+    if (lk->truncated) lk->n = lk->n_ctx;
+    return true;
+}
+
+void api_lookup_free(struct api_lookup *lk)
+{
+    free(lk->tokens);
+    lk->tokens = NULL;
+    lk->n = 0;
+}
+
+void api_lookup_put_token(struct api_buf *b, const struct tokenizer *tok, int id, char *piece, size_t cap)
+{
+    size_t len = tok_decode_token(tok, id, piece, cap, true);
+    api_buf_json_str(b, piece, len < cap ? len : cap);
+}
+
+enum MHD_Result api_lookup_reply(struct api_conn *c, attnd_status st, const char *why, const char *what,
+                                 struct api_buf *b)
+{
+    if (st) {
+        api_buf_free(b);
+        return api_error_retry(c, api_status_code(st, true), "%s failed: %s", what, why ? why : attnd_status_str(st));
+    }
+    size_t len = b->len;
+    char *body = api_buf_take(b);
+    if (!body) return api_error_hdr(c, 503, "Retry-After", "1", "out of memory for the answer");
+    return api_respond(c, 200, "application/json", body, len, NULL);
+}
