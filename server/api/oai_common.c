@@ -761,9 +761,63 @@ static int submit(struct oai_job *j, const struct api_engine *e, const struct oa
     return st ? api_status_code(st, false) : 0;
 }
 
-enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct oai_params *p)
+/* Waits until the first choice of every prompt has read its prompt (it has a first token, or
+ * it ended), so that the other choices find the prompt's full blocks in the prefix cache.
+ * False if the client went away meanwhile. */
+static bool wait_prompts_read(struct oai_job *j, int n)
 {
-    struct http_server *srv = c->srv;
+    bool ok = true;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < j->n_choices; i += n) all = all && (j->ch[i].n_toks || j->ch[i].done);
+        if (all) break;
+        struct timespec ts;
+        deadline_in(&ts, WAIT_SLICE_MS);
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (api_peer_gone(j->fd)) {
+            ok = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ok;
+}
+
+/* Submits every choice: the first of each prompt, then, once those have read their prompts, the
+ * others, which so share the prompt's KV blocks. Holds the engine (acquired by the caller,
+ * released here) only around scheduler calls. Returns 0 or an HTTP status with err (499: the
+ * client left); on failure every submitted choice is cancelled. */
+static int submit_all(struct api_conn *c, struct oai_job *j, struct api_engine *e, const struct oai_params *p,
+                      char *err, size_t errlen)
+{
+    uint64_t seed0 = p->seed_given ? p->req.sampling.seed : random_seed();
+    int code = 0;
+    bool held = true;
+    for (int i = 0; i < j->n_choices && !code; i += p->n) code = submit(j, e, p, i, seed0, err, errlen);
+    if (!code && p->n > 1) {
+        api_engine_release(c->srv);
+        held = false;
+        if (!wait_prompts_read(j, p->n)) code = 499, snprintf(err, errlen, "the client went away");
+        else if (!(held = api_engine_acquire(c->srv, e))) code = 503, snprintf(err, errlen, "the server is stopping");
+        for (int i = 0; i < j->n_choices && !code; i++)
+            if (i % p->n) code = submit(j, e, p, i, seed0, err, errlen);
+    }
+    if (code && (held || (held = api_engine_acquire(c->srv, e)))) {
+        uint64_t ids[OAI_MAX_CHOICES];
+        int n = 0;
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < j->n_choices; i++)
+            if (j->ch[i].id && !j->ch[i].done) ids[n++] = j->ch[i].id;
+        pthread_mutex_unlock(&j->mu);
+        for (int i = 0; i < n; i++) sched_cancel(e->sched, ids[i]);
+    }
+    if (held) api_engine_release(c->srv);
+    return code;
+}
+
+enum MHD_Result oai_run(struct api_conn *c, struct api_engine *e, struct oai_params *p)
+{
     char err[512] = "";
     int code = 0;
     const char *param = NULL;
@@ -774,23 +828,14 @@ enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct o
     }
     struct oai_job *j = NULL;
     if (!code && !(j = job_create(c, e, p))) code = 503, snprintf(err, sizeof err, "out of memory");
-    uint64_t seed0 = p->seed_given ? p->req.sampling.seed : random_seed();
-    int submitted = 0;
-    for (; !code && submitted < j->n_choices; submitted++) code = submit(j, e, p, submitted, seed0, err, sizeof err);
-    if (code && j) {
-        submitted--; /* the one that failed */
-        for (int i = 0; i < submitted; i++) sched_cancel(e->sched, j->ch[i].id);
-        pthread_mutex_lock(&j->mu);
-        j->n_choices = submitted; /* only those get events */
-        pthread_mutex_unlock(&j->mu);
-    }
-    api_engine_release(srv);
+    if (code) api_engine_release(c->srv);
+    else code = submit_all(c, j, e, p, err, sizeof err);
     oai_params_free(p);
     if (code) {
         if (j) job_unref(j);
-        return oai_error(c, code, param, NULL, "%s", err);
+        return code == 499 ? MHD_NO : oai_error(c, code, param, NULL, "%s", err);
     }
-    api_inflight_begin(srv);
+    api_inflight_begin(c->srv);
     c->job = j;
     c->job_end = job_end;
     return j->stream ? answer_stream(c, j) : answer_whole(c, j);

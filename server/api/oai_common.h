@@ -3,8 +3,9 @@
  * and one generation job of several choices (n, or one per prompt) run through the scheduler
  * and answered as one object or as a stream of chunks in the API's shapes.
  *
- * A job's choices are independent scheduler requests; choices with the same prompt share its
- * full KV blocks through the prefix cache. Their ids: the response id is "chatcmpl-N" or
+ * A job's choices are independent scheduler requests. The first choice of each prompt goes
+ * first; the others follow once it has read the prompt, so they find the prompt's full KV
+ * blocks in the prefix cache instead of computing them again. Their ids: the response id is "chatcmpl-N" or
  * "cmpl-N", where N is the scheduler id of choice 0; choice i is kept in the /attention history
  * under api_history_key(API_HISTORY_CHAT or _CMPL, N, i) (history.h).
  */
@@ -56,10 +57,10 @@ struct oai_params {
 void oai_params_init(struct oai_params *p);
 void oai_params_free(struct oai_params *p);
 
-/* Submits every choice, then answers (blocking until done for a whole answer, or by queuing a
+/* Submits every choice (see above), then answers (blocking until done for a whole answer, or by queuing a
  * stream). Takes the prompts from p (freed here on every path). e is the caller's acquired engine;
  * oai_run releases it. Errors go through oai_error. */
-enum MHD_Result oai_run(struct api_conn *c, const struct api_engine *e, struct oai_params *p);
+enum MHD_Result oai_run(struct api_conn *c, struct api_engine *e, struct oai_params *p);
 
 /* Reads a route's own fields from root into p (the engine is held). Returns 0 or an HTTP status
  * with the reason in err and the field at fault in *param (NULL: none). */

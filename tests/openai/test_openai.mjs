@@ -166,6 +166,15 @@ try {
   check(multi.choices.length === 2 && multi.choices[0].text === (await native("/v1/generate", { prompt, max_tokens: 3, ...greedy })).text &&
     multi.choices[1].text === (await native("/v1/generate", { prompt: gref.tokens, max_tokens: 3, ...greedy })).text,
     "a prompt array gives one choice per prompt (strings and token ids)");
+  // n choices share the prompt's full KV blocks: choices 1.. find them in the prefix cache
+  const hits = async () => Number(/^attnd_prefix_cache_hit_tokens_total (\d+)/m.exec(await (await fetch(`${base}/metrics`)).text())[1]);
+  const longPrompt = Array.from({ length: 12 }, (_, k) => `Line ${k} of a prompt that several choices share.`).join(" ");
+  const nLong = tokenize(longPrompt).length;
+  const h0 = await hits();
+  const three = await client.completions.create({ model, prompt: longPrompt, max_tokens: 2, n: 3, temperature: 0.5, seed: 3 });
+  const h1 = await hits();
+  check(three.choices.length === 3 && h1 - h0 === 2 * Math.floor(nLong / 16) * 16,
+    "n = 3: choices 1 and 2 reuse the prompt's full blocks", { nLong, hits: h1 - h0 });
   const cs = await client.completions.create({ model, prompt, max_tokens: 6, ...greedy, stream: true });
   let ctext = "", cfin = null;
   for await (const ch of cs) for (const x of ch.choices) { ctext += x.text; cfin = x.finish_reason ?? cfin; }
