@@ -9,7 +9,6 @@
 #include "server/api/oai_common.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +21,12 @@
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "server/api/history.h"
+#include "server/api/sse.h"
 #include "server/api/errors.h"
 #include "server/api/generate.h"
 #include "server/api/metrics.h"
 
 #define WAIT_SLICE_MS 200 /* how often a waiting connection checks its socket */
-#define KEEPALIVE_S 15.0  /* an SSE comment after this long without events */
-#define STREAM_BLOCK (16 << 10)
 #define PIECE_CAP 512     /* one token's text */
 
 /* ==============================================================================================
@@ -211,7 +209,6 @@ struct oai_job {
     enum oai_kind kind;
     bool stream, include_usage, echo;
     int logprobs;
-    int fd;
     uint64_t id0;              /* the response's number (choice 0's scheduler id) */
     long long created;
     char model[128];
@@ -226,9 +223,7 @@ struct oai_job {
     bool failed, closed, oom;  /* closed: the stream has its [DONE] */
     int err_code;
     char err_msg[256];
-    struct api_buf out;        /* stream: bytes not yet handed to MHD, from out_pos */
-    size_t out_pos;
-    double t_last_out;
+    struct api_sse sse;        /* stream: the bytes on their way to the client, the socket */
 };
 
 static void job_unref(struct oai_job *j)
@@ -245,7 +240,7 @@ static void job_unref(struct oai_job *j)
         api_buf_free(&j->ch[i].text);
     }
     for (int i = 0; i < j->n_prompts; i++) free(j->prompts[i]), free(j->echo_text[i]);
-    api_buf_free(&j->out);
+    api_buf_free(&j->sse.out);
     free(j);
 }
 
@@ -343,7 +338,7 @@ static void put_text_lps(struct api_buf *b, const struct oai_job *j, const struc
 static void put_chunk(struct oai_job *j, struct oai_choice *c, const char *text, size_t n, size_t from, size_t to,
                       const char *finish)
 {
-    struct api_buf *b = &j->out;
+    struct api_buf *b = &j->sse.out;
     api_buf_puts(b, "data: ");
     put_head(b, j, true);
     api_buf_printf(b, "{\"index\":%d,", c->index);
@@ -388,13 +383,13 @@ static void put_chunk(struct oai_job *j, struct oai_choice *c, const char *text,
 static void put_stream_end(struct oai_job *j)
 {
     if (j->include_usage) {
-        api_buf_puts(&j->out, "data: ");
-        put_head(&j->out, j, true);
-        api_buf_puts(&j->out, "],");
-        put_usage(&j->out, j);
-        api_buf_puts(&j->out, "}\n\n");
+        api_buf_puts(&j->sse.out, "data: ");
+        put_head(&j->sse.out, j, true);
+        api_buf_puts(&j->sse.out, "],");
+        put_usage(&j->sse.out, j);
+        api_buf_puts(&j->sse.out, "}\n\n");
     }
-    api_buf_puts(&j->out, "data: [DONE]\n\n");
+    api_buf_puts(&j->sse.out, "data: [DONE]\n\n");
     j->closed = true;
 }
 
@@ -456,9 +451,9 @@ static void on_last(struct oai_job *j, struct oai_choice *c, const struct sched_
         for (int i = 0; i < j->n_choices; i++)
             if (!j->ch[i].done && j->ch[i].id) sched_cancel(j->sched, j->ch[i].id);
         if (j->stream && !j->closed) {
-            api_buf_puts(&j->out, "data: ");
-            put_error(j->srv, &j->out, j->err_code, NULL, NULL, j->err_msg);
-            api_buf_puts(&j->out, "\n\ndata: [DONE]\n\n");
+            api_buf_puts(&j->sse.out, "data: ");
+            put_error(j->srv, &j->sse.out, j->err_code, NULL, NULL, j->err_msg);
+            api_buf_puts(&j->sse.out, "\n\ndata: [DONE]\n\n");
             j->closed = true;
         }
         return;
@@ -498,7 +493,7 @@ static void on_event(void *ud, const struct sched_event *ev)
     if (!c->index) j->id0 = ev->id;
     if (ev->kind == SCHED_EV_TOKEN) on_token(j, c, ev);
     else on_last(j, c, ev);
-    if (j->out.oom) j->oom = true;
+    if (j->sse.out.oom) j->oom = true;
     if (last || j->stream) pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (last) job_unref(j);
@@ -507,14 +502,6 @@ static void on_event(void *ud, const struct sched_event *ev)
 /* ==============================================================================================
  * Connection side
  * ============================================================================================== */
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    long long ns = ts->tv_nsec + (long long)ms * 1000000LL;
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
-}
 
 /* MHD is done with the request: cancel the choices still running, then let go. */
 static void job_end(struct api_conn *c, bool ok)
@@ -546,62 +533,27 @@ static void job_end(struct api_conn *c, bool ok)
     job_unref(j);
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* The stream's end (sse.h): [DONE] is queued (every choice ended, or an error closed it), or
+ * the answer ran out of memory. */
+static int stream_state(void *owner)
 {
-    struct oai_job *j = cls;
-    pthread_mutex_lock(&j->mu);
-    for (;;) {
-        if (j->out_pos < j->out.len) {
-            size_t n = j->out.len - j->out_pos;
-            if (n > max) n = max;
-            memcpy(buf, j->out.p + j->out_pos, n);
-            j->out_pos += n;
-            if (j->out_pos == j->out.len) j->out_pos = j->out.len = 0;
-            j->t_last_out = api_now();
-            pthread_mutex_unlock(&j->mu);
-            return (ssize_t)n;
-        }
-        bool over = j->n_done == j->n_choices || j->closed;
-        if (over || j->oom) {
-            pthread_mutex_unlock(&j->mu);
-            return j->oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
-        int rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (rc == ETIMEDOUT && j->out_pos == j->out.len) {
-            if (api_peer_gone(j->fd)) {
-                pthread_mutex_unlock(&j->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR; /* job_end() cancels */
-            }
-            if (api_now() - j->t_last_out > KEEPALIVE_S) api_buf_puts(&j->out, ": keep-alive\n\n");
-        }
-    }
+    const struct oai_job *j = owner;
+    return j->oom ? -1 : j->n_done == j->n_choices || j->closed ? 1 : 0;
 }
 
-static void stream_free(void *cls) { job_unref(cls); }
+static void stream_release(void *owner) { job_unref(owner); }
 
 static enum MHD_Result answer_stream(struct api_conn *c, struct oai_job *j)
 {
     pthread_mutex_lock(&j->mu);
-    j->refs++;
-    j->t_last_out = api_now();
+    j->refs++; /* the response's */
     pthread_mutex_unlock(&j->mu);
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, j, stream_free);
+    struct MHD_Response *r = api_sse_response(&j->sse);
     if (!r) {
         job_unref(j);
         return oai_error(c, 503, NULL, NULL, "out of memory");
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    enum MHD_Result ok = MHD_queue_response(c->mc, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    if (ok == MHD_YES) {
-        c->status = 200;
-        c->responded = true;
-    }
-    return ok;
+    return api_sse_queue(c, r);
 }
 
 static void put_choice(struct api_buf *b, const struct oai_job *j, const struct oai_choice *c)
@@ -633,13 +585,10 @@ static void put_choice(struct api_buf *b, const struct oai_job *j, const struct 
 
 static enum MHD_Result answer_whole(struct api_conn *c, struct oai_job *j)
 {
-    int fd = api_conn_fd(c);
     pthread_mutex_lock(&j->mu);
     while (j->n_done < j->n_choices) {
-        struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (j->n_done < j->n_choices && api_peer_gone(fd)) {
+        api_wait_ms(&j->cv, &j->mu, WAIT_SLICE_MS);
+        if (j->n_done < j->n_choices && api_peer_gone(j->sse.fd)) {
             pthread_mutex_unlock(&j->mu);
             return MHD_NO; /* MHD closes the connection; job_end() cancels the choices */
         }
@@ -693,7 +642,8 @@ static struct oai_job *job_create(struct api_conn *c, const struct api_engine *e
     j->include_usage = p->stream && p->include_usage;
     j->echo = p->echo;
     j->logprobs = p->logprobs;
-    j->fd = api_conn_fd(c);
+    j->sse = (struct api_sse){.mu = &j->mu, .cv = &j->cv, .fd = api_conn_fd(c), .state = stream_state,
+                              .release = stream_release, .owner = j};
     j->created = (long long)time(NULL);
     snprintf(j->model, sizeof j->model, "%s", e->model->name ? e->model->name : "model");
     j->n_prompts = p->n_prompts;
@@ -772,10 +722,8 @@ static bool wait_prompts_read(struct oai_job *j, int n)
         bool all = true;
         for (int i = 0; i < j->n_choices; i += n) all = all && (j->ch[i].n_toks || j->ch[i].done);
         if (all) break;
-        struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (api_peer_gone(j->fd)) {
+        api_wait_ms(&j->cv, &j->mu, WAIT_SLICE_MS);
+        if (api_peer_gone(j->sse.fd)) {
             ok = false;
             break;
         }
