@@ -148,6 +148,40 @@ static void report(const struct sink *out, const struct fwd_ctx *c, const int32_
     cJSON_Delete(o);
 }
 
+/* Loads the model and its tokenizer and the prompt's token ids (--tokens, or -p tokenized),
+ * each checked. Returns 0, or the exit code (message printed): 1 for a file or tokenizer
+ * failure, 2 for a bad prompt. */
+static int load_inputs(const char *model_path, const char *prompt, const char *tokens_arg, int special,
+                       struct model **m, struct tokenizer **tok, int32_t **ptoks, size_t *np)
+{
+    char err[512];
+    if (model_load(model_path, m, err, sizeof err)) {
+        fprintf(stderr, "attnd run: %s\n", err);
+        return 1;
+    }
+    if (tok_create((*m)->gguf, tok, err, sizeof err)) {
+        fprintf(stderr, "attnd run: %s: tokenizer: %s\n", model_path, err);
+        return 1;
+    }
+    if (tokens_arg) {
+        if (cli_int_list("--tokens", tokens_arg, ptoks, np)) return 2;
+    } else if (tok_encode(*tok, prompt, strlen(prompt), true, special, ptoks, np)) {
+        fprintf(stderr, "attnd run: could not tokenize the prompt\n");
+        return 1;
+    }
+    const int V = (*m)->hp.n_vocab;
+    for (size_t i = 0; i < *np; i++)
+        if ((*ptoks)[i] < 0 || (*ptoks)[i] >= V) {
+            fprintf(stderr, "attnd run: token id %d is outside the vocabulary (%d entries)\n", (*ptoks)[i], V);
+            return 2;
+        }
+    if (*np == 0) {
+        fprintf(stderr, "attnd run: the prompt is empty (and the model adds no BOS token)\n");
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL;
@@ -239,35 +273,9 @@ int cmd_run(int argc, char **argv)
     struct sink out = {.json = json};
     const char *finish = "length";
 
-    if (model_load(model_path, &m, err, sizeof err)) {
-        fprintf(stderr, "attnd run: %s\n", err);
-        goto done;
-    }
-    if (tok_create(m->gguf, &tok, err, sizeof err)) {
-        fprintf(stderr, "attnd run: %s: tokenizer: %s\n", model_path, err);
-        goto done;
-    }
-    if (tokens_arg) {
-        if (cli_int_list("--tokens", tokens_arg, &ptoks, &np)) {
-            rc = 2;
-            goto done;
-        }
-    } else if (tok_encode(tok, prompt, strlen(prompt), true, special, &ptoks, &np)) {
-        fprintf(stderr, "attnd run: could not tokenize the prompt\n");
-        goto done;
-    }
+    if ((rc = load_inputs(model_path, prompt, tokens_arg, special, &m, &tok, &ptoks, &np))) goto done;
+    rc = 1;
     const int V = m->hp.n_vocab;
-    for (size_t i = 0; i < np; i++)
-        if (ptoks[i] < 0 || ptoks[i] >= V) {
-            fprintf(stderr, "attnd run: token id %d is outside the vocabulary (%d entries)\n", ptoks[i], V);
-            rc = 2;
-            goto done;
-        }
-    if (np == 0) {
-        fprintf(stderr, "attnd run: the prompt is empty (and the model adds no BOS token)\n");
-        rc = 2;
-        goto done;
-    }
     long ctx = n_ctx ? n_ctx : (long)np + n_predict;
     if (ctx > m->hp.n_ctx_train && !n_ctx) ctx = m->hp.n_ctx_train;
     if ((long)np + (n_predict ? 1 : 0) > ctx) {

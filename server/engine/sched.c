@@ -317,7 +317,97 @@ static void apply_cancels(struct sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* One continuous-batching step. Returns 1 if it did any work. */
+/* The running requests in admission order (oldest first) into s->order; returns their count. */
+static int running_by_admission(struct sched *s)
+{
+    struct req **order = s->order;
+    int n_order = s->n_running;
+    memcpy(order, s->running, (size_t)n_order * sizeof *order);
+    for (int a = 1; a < n_order; a++) /* insertion sort: the set is small */
+        for (int b = a; b > 0 && order[b - 1]->admit_no > order[b]->admit_no; b--) {
+            struct req *t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    return n_order;
+}
+
+/* Reserves cache slots for r's next n tokens; a full pool pre-empts the newest request not
+ * already among the nb in the batch (r itself included). Returns ATTND_ERR_NOMEM when r must
+ * wait (or was pre-empted), another error when r has been ended. */
+static attnd_status reserve(struct sched *s, struct req *r, size_t done, int n, int nb)
+{
+    attnd_status st;
+    while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
+        int victim = newest_running(s);
+        int in_batch = 0;
+        for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
+        if (in_batch) break;
+        int self = s->running[victim] == r;
+        preempt(s, victim);
+        if (self) break;
+    }
+    if (st && st != ATTND_ERR_NOMEM) {
+        send_error(r, st, "could not reserve KV cache slots");
+        req_free(drop_running(s, idx_of(s, r)));
+    }
+    return st;
+}
+
+/* Steps 3./4.: the batch, decode tokens first, then prompt chunks (oldest first), under the
+ * token budget, with cache slots reserved. Returns the batch size; *budget gets what is left. */
+static int build_batch(struct sched *s, int *budget)
+{
+    int nb = 0;
+    const int n_order = running_by_admission(s);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < n_order && *budget > 0; k++) {
+            struct req *r = s->order[k];
+            if (idx_of(s, r) < 0) continue; /* pre-empted meanwhile */
+            int decode = r->phase == PH_DECODE;
+            if (decode != (pass == 0)) continue;
+            size_t done = kv_seq_len(r->kv);
+            size_t todo = r->n_toks - done;
+            if (todo == 0) continue;
+            int n = decode ? 1 : (int)(todo < (size_t)*budget ? todo : (size_t)*budget);
+            if (reserve(s, r, done, n, nb)) continue;
+            bool last_chunk = done + (size_t)n == r->n_toks;
+            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
+                                            .logits = last_chunk ? r->logits : NULL};
+            s->batch_req[nb++] = r;
+            *budget -= n;
+        }
+    }
+    return nb;
+}
+
+/* Step 5.: one forward pass for the batch, then a generation step for every request whose
+ * prompt is done; a failed pass ends the batch's requests with an error. */
+static void run_batch(struct sched *s, int nb, int n_tokens)
+{
+    attnd_status st = fwd_eval_batch(s->fwd, s->kv, s->batch, nb);
+    if (st) {
+        for (int b = 0; b < nb; b++) {
+            int i = idx_of(s, s->batch_req[b]);
+            send_error(s->batch_req[b], st, "evaluation failed");
+            req_free(drop_running(s, i));
+        }
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.last_batch_tokens = (uint64_t)n_tokens;
+    s->stats.last_batch_seqs = (uint64_t)nb;
+    s->stats.batch_tokens_total += (uint64_t)n_tokens;
+    pthread_mutex_unlock(&s->mu);
+    for (int b = 0; b < nb; b++) {
+        if (!s->batch[b].logits) continue;
+        int i = idx_of(s, s->batch_req[b]);
+        if (i >= 0) sample_and_emit(s, i);
+    }
+}
+
+/* One continuous-batching step (see the top of this file). Returns 1 if it did any work. */
 static int step(struct sched *s)
 {
     /* 1. cancelled requests leave at once */
@@ -328,76 +418,10 @@ static int step(struct sched *s)
     /* 2. admission */
     admit(s);
     if (s->n_running == 0) return 0;
-
-    /* 3./4. the batch: decode tokens first, then prompt chunks (oldest first), under the
-     * token budget; a full pool pre-empts the newest request not already in the batch */
-    int budget = s->o.n_batch, nb = 0;
-    struct req **order = s->order;
-    int n_order = s->n_running;
-    memcpy(order, s->running, (size_t)n_order * sizeof *order);
-    for (int a = 1; a < n_order; a++) /* by admission: insertion sort, the set is small */
-        for (int b = a; b > 0 && order[b - 1]->admit_no > order[b]->admit_no; b--) {
-            struct req *t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    for (int pass = 0; pass < 2; pass++) {
-        for (int k = 0; k < n_order && budget > 0; k++) {
-            struct req *r = order[k];
-            if (idx_of(s, r) < 0) continue; /* pre-empted meanwhile */
-            int decode = r->phase == PH_DECODE;
-            if (decode != (pass == 0)) continue;
-            size_t done = kv_seq_len(r->kv);
-            size_t todo = r->n_toks - done;
-            if (todo == 0) continue;
-            int n = decode ? 1 : (int)(todo < (size_t)budget ? todo : (size_t)budget);
-            attnd_status st;
-            while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
-                int victim = newest_running(s);
-                int in_batch = 0;
-                for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
-                if (in_batch) break;
-                int self = s->running[victim] == r;
-                preempt(s, victim);
-                if (self) break;
-            }
-            if (st == ATTND_ERR_NOMEM) continue; /* waits for blocks (or was pre-empted itself) */
-            if (st) {
-                int i = idx_of(s, r);
-                send_error(r, st, "could not reserve KV cache slots");
-                req_free(drop_running(s, i));
-                continue;
-            }
-            bool last_chunk = done + (size_t)n == r->n_toks;
-            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
-                                            .logits = last_chunk ? r->logits : NULL};
-            s->batch_req[nb++] = r;
-            budget -= n;
-        }
-    }
+    int budget = s->o.n_batch;
+    const int nb = build_batch(s, &budget);
     if (nb == 0) return s->n_running > 0;
-
-    /* 5. one forward pass for the batch */
-    attnd_status st = fwd_eval_batch(s->fwd, s->kv, s->batch, nb);
-    if (st) {
-        for (int b = 0; b < nb; b++) {
-            int i = idx_of(s, s->batch_req[b]);
-            send_error(s->batch_req[b], st, "evaluation failed");
-            req_free(drop_running(s, i));
-        }
-        return 1;
-    }
-    pthread_mutex_lock(&s->mu);
-    s->stats.steps++;
-    s->stats.last_batch_tokens = (uint64_t)(s->o.n_batch - budget);
-    s->stats.last_batch_seqs = (uint64_t)nb;
-    s->stats.batch_tokens_total += (uint64_t)(s->o.n_batch - budget);
-    pthread_mutex_unlock(&s->mu);
-    for (int b = 0; b < nb; b++) {
-        if (!s->batch[b].logits) continue;
-        int i = idx_of(s, s->batch_req[b]);
-        if (i >= 0) sample_and_emit(s, i);
-    }
+    run_batch(s, nb, s->o.n_batch - budget);
     return 1;
 }
 
@@ -550,7 +574,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    pthread_cond_init(&s->idle_cv, NULL);
+    check_cond_init(&s->idle_cv); /* sched_wait_idle waits on it with a check_deadline */
     attnd_status st;
     size_t blocks = s->o.kv_blocks;
     if (!blocks) {
