@@ -5,7 +5,6 @@
 #include "attnd/check.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -639,19 +638,11 @@ attnd_status kv_block_get_info(const struct kv_cache *c, int32_t b, struct kv_bl
 }
 
 /* kv_validate's steps: each returns ATTND_OK or ATTND_ERR_INTERNAL with a message in err. */
-#define FAIL(...) return validate_fail(err, errlen, __VA_ARGS__)
-
-__attribute__((format(printf, 3, 4))) static attnd_status validate_fail(char *err, size_t errlen, const char *fmt,
-                                                                       ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return ATTND_ERR_INTERNAL;
-}
+#define FAIL(...)                                                                             \
+    do {                                                                                      \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                                \
+        return ATTND_ERR_INTERNAL;                                                            \
+    } while (0)
 
 /* The free list and the LRU list: links, counters, and each block's state on them (seen bit 0). */
 static attnd_status check_lists(const struct kv_cache *c, uint8_t *seen, char *err, size_t errlen)
