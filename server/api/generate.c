@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/check.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
@@ -578,11 +579,7 @@ static struct gen *gen_new(struct api_conn *c, const struct api_engine *e, struc
     struct gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    check_cond_init(&g->cv); /* waited on with check_deadline deadlines */
     g->refs = 2; /* the connection and the scheduler */
     g->srv = c->srv;
     g->stream = p->stream;

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "attnd/chat_template.h"
+#include "attnd/check.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
@@ -629,11 +630,7 @@ static struct oai_job *job_create(struct api_conn *c, const struct api_engine *e
     struct oai_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    check_cond_init(&j->cv); /* waited on with api_wait_ms() */
     j->srv = c->srv;
     j->tok = e->tok;
     j->sched = e->sched;

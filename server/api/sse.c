@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/check.h"
+
 #define WAIT_SLICE_MS 200 /* how often a waiting stream checks the client's socket */
 #define KEEPALIVE_S 15.0  /* an SSE comment after this long without bytes */
 #define STREAM_BLOCK (16 << 10)
@@ -12,10 +14,7 @@
 int api_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = ts.tv_nsec + (long long)ms * 1000000LL;
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    check_deadline(&ts, ms);
     return pthread_cond_timedwait(cv, mu, &ts);
 }
 

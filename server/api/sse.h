@@ -14,7 +14,7 @@
 
 struct api_sse {
     pthread_mutex_t *mu;          /* the owner's lock: guards the fields below and what state() reads */
-    pthread_cond_t *cv;           /* the owner's condition (CLOCK_MONOTONIC), signalled when out grows
+    pthread_cond_t *cv;           /* the owner's condition (check_cond_init()), signalled when out grows
                                      or the stream ends */
     struct api_buf out;           /* bytes not yet handed to MHD, from out_pos (the owner appends) */
     size_t out_pos;
@@ -32,7 +32,7 @@ struct MHD_Response *api_sse_response(struct api_sse *s);
 /* Queues r (from api_sse_response) as c's answer and drops the caller's handle on it. */
 enum MHD_Result api_sse_queue(struct api_conn *c, struct MHD_Response *r);
 
-/* Waits on cv (a CLOCK_MONOTONIC condition, mu held) for at most ms. Returns what
+/* Waits on cv (made by check_cond_init(), mu held) for at most ms. Returns what
  * pthread_cond_timedwait returns (ETIMEDOUT when the time ran out). */
 int api_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 
