@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "attnd/check.h"
 
