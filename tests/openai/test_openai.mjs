@@ -19,24 +19,32 @@ function check(cond, what, extra) {
 const eq = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
 // ---- the daemon --------------------------------------------------------------------------
-const daemon = spawn(attnd, ["serve", "-m", modelPath, "--port", "0", "--threads", "2", "--keep-requests", "64"],
-  { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const port = await new Promise((resolve, reject) => {
-  const t = setTimeout(() => reject(new Error("no address printed:\n" + log)), 30000);
-  daemon.stderr.on("data", (d) => {
-    log += d;
-    const m = /listening on http:\/\/\S+:(\d+)/.exec(log);
-    if (m) { clearTimeout(t); resolve(Number(m[1])); }
+// `attnd serve -m model --port 0 ...extra`, ready: { proc, base, log() }
+async function startDaemon(model, extra = []) {
+  const proc = spawn(attnd, ["serve", "-m", model, "--port", "0", "--threads", "2", "--keep-requests", "64", ...extra],
+    { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  const port = await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("no address printed:\n" + log)), 30000);
+    proc.stderr.on("data", (d) => {
+      log += d;
+      const m = /listening on http:\/\/\S+:(\d+)/.exec(log);
+      if (m) { clearTimeout(t); resolve(Number(m[1])); }
+    });
+    proc.on("exit", (code) => reject(new Error(`daemon exited ${code}:\n${log}`)));
   });
-  daemon.on("exit", (code) => reject(new Error(`daemon exited ${code}:\n${log}`)));
-});
-const base = `http://127.0.0.1:${port}`;
-for (let i = 0; i < 300; i++) {
-  const r = await fetch(`${base}/health`).catch(() => null);
-  if (r && r.status === 200) break;
-  await new Promise((r2) => setTimeout(r2, 100));
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 300; i++) {
+    const r = await fetch(`${url}/health`).catch(() => null);
+    if (r && r.status === 200) break;
+    await new Promise((r2) => setTimeout(r2, 100));
+  }
+  return { proc, base: url, log: () => log };
 }
+const daemons = [];
+const first = await startDaemon(modelPath);
+daemons.push(first.proc);
+let base = first.base;
 
 async function native(path, body) {
   const r = await fetch(base + path, body ? { method: "POST", body: JSON.stringify(body) } : undefined);
@@ -49,8 +57,8 @@ async function kept(id, index = 0) {
   const a = await native(`/attention?layer=0&head=0&id=${id}&index=${index}`);
   return a.token_ids;
 }
-function tokenize(text) {
-  const out = execFileSync(attnd, ["tokenize", "-m", modelPath, "--special"], { input: text });
+function tokenize(text, model = modelPath) {
+  const out = execFileSync(attnd, ["tokenize", "-m", model, "--special"], { input: text });
   return JSON.parse(out).tokens;
 }
 
@@ -198,11 +206,27 @@ try {
   await expectBad({ model, messages: [{ role: "tool", content: "x" }] }, "chat", "messages");
   await expectBad({ model, prompt, suffix: "end" }, "text", "suffix");
   await expectBad({ model, prompt, logprobs: 6 }, "text", "logprobs");
+  // ---- serve --chat-template llama3 on the Llama 3 vocabulary (the file has no template) ------
+  const llama3 = modelPath.replace(/[^/]*$/, "tiny-llama3-f32.gguf");
+  const second = await startDaemon(llama3, ["--chat-template", "llama3"]);
+  daemons.push(second.proc);
+  base = second.base;
+  const c3 = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+  const r3 = "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n" +
+    "Hello there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"; // BOS: tokenize adds it
+  const ids3 = tokenize(r3, llama3);
+  const chat3 = await c3.chat.completions.create({ model: "x", messages, max_tokens: 6, ...greedy });
+  const gen3 = await native("/v1/generate", { prompt: ids3, max_tokens: 6, ...greedy });
+  check(ids3[0] === 128000 && eq(await kept(chat3.id), [...ids3, ...gen3.tokens]),
+    "--chat-template llama3: the Llama 3 prompt, token for token, and /v1/generate's tokens after it");
+  check(chat3.choices[0].message.content === gen3.text, "--chat-template llama3: text == /v1/generate");
+  check(/chat template: llama3 \(--chat-template\)/.test(second.log()), "serve logs the template it uses");
+  check(/chat template: the model file has none; using ChatML/.test(first.log()), "ChatML fallback is logged");
 } catch (e) {
   failures++;
   console.error("FAIL: " + (e.stack || e));
 } finally {
-  daemon.kill("SIGTERM");
+  for (const d of daemons) d.kill("SIGTERM");
 }
 console.error(`test_openai: ${checks} checks, ${failures} failed`);
 process.exit(failures ? 1 : 0);
