@@ -21,7 +21,7 @@ WORKDIR /src
 COPY deploy/install-deps.sh deploy/install-deps.sh
 RUN ./deploy/install-deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
-# never reuse objects from the host's build folder (.dockerignore leaves it out too)
+# .dockerignore sends only the sources; never reuse objects from a host build folder
 RUN rm -rf build && make -j"$(nproc)" build/release/attnd && strip -o /attnd build/release/attnd \
     && mkdir -p /out/models \
     && if [ -f models/kjv.gguf ]; then cp models/kjv.gguf /out/models/model.gguf; fi
@@ -38,9 +38,10 @@ RUN if [ "$VULKAN_CPU" = 1 ]; then /tmp/install-deps.sh vulkan-cpu; else /tmp/in
        --shell /usr/sbin/nologin attnd
 COPY --from=build /attnd /usr/local/bin/attnd
 COPY deploy/healthcheck.sh /usr/local/bin/attnd-healthcheck
+# No VOLUME for /models: with a baked-in model Docker would copy it into a new anonymous volume
+# on every `docker run`; a mount at /models (or /models/model.gguf) replaces it without one.
 COPY --from=build --chown=10001:10001 /out/models/ /models/
 USER 10001:10001
-VOLUME ["/models"]
 EXPOSE 8080
 STOPSIGNAL SIGTERM
 # /health answers 503 while the model loads, hence the start period.

@@ -34,7 +34,8 @@ make_bases() {
   if [ ! -s "$tar" ] || [ "${REFRESH_BASE:-0}" = 1 ]; then
     echo "build-image: making the base images with mmdebstrap (bookworm, minbase) into $tar"
     mkdir -p build/image
-    mmdebstrap --variant=minbase --quiet bookworm "${tar%.tar}.part.tar" \
+    # merged /usr made by the hook (as debootstrap does), not by the usrmerge package, which pulls perl
+    mmdebstrap --variant=minbase --quiet --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr bookworm "${tar%.tar}.part.tar" \
       "deb http://deb.debian.org/debian bookworm main" \
       "deb http://deb.debian.org/debian bookworm-updates main" \
       "deb http://deb.debian.org/debian-security bookworm-security main"
@@ -42,6 +43,7 @@ make_bases() {
   else
     echo "build-image: making the base images from the cached $tar (REFRESH_BASE=1 remakes it)"
   fi
+  echo "build-image: bookworm-minbase.tar ready after $((SECONDS - t0)) s"
   for base in debian:12 debian:12-slim; do
     c=$(buildah from --quiet scratch)
     buildah add --quiet "$c" "$tar" / >/dev/null
@@ -56,14 +58,14 @@ make_bases() {
     fi
     buildah config --cmd /bin/bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
     buildah commit --quiet --rm "$c" "docker.io/library/$base" >/dev/null
-    echo "build-image: made $base"
+    echo "build-image: made $base ($((SECONDS - t0)) s)"
   done
 }
 
 t0=$SECONDS
 if [ "$engine" = docker ]; then
   docker build "${args[@]}" -t "${tags[0]}" -t "${tags[1]}" .
-  size=$(docker image inspect -f '{{.Size}}' "${tags[0]}")
+  size="$(( $(docker image inspect -f '{{.Size}}' "${tags[0]}") / 1000000 )) MB"
 else
   command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 || ./deploy/install-deps.sh image
   for base in debian:12 debian:12-slim; do
@@ -79,6 +81,6 @@ else
   # docker format: OCI images have no HEALTHCHECK; --layers keeps the build stage's package layer
   buildah bud --isolation chroot --pull=never --layers --format docker "${args[@]}" \
     -t "${tags[0]}" -t "${tags[1]}" .
-  size=$(buildah inspect --type image --format '{{.ImageSize}}' "${tags[0]}" 2>/dev/null || echo 0)
+  size=$(buildah images --format '{{.Size}}' "${tags[0]}" | head -n1)
 fi
-echo "build-image: ${tags[*]} built with $engine in $((SECONDS - t0)) s, $((size / 1000000)) MB"
+echo "build-image: ${tags[*]} built with $engine in $((SECONDS - t0)) s, $size"

@@ -174,7 +174,9 @@ check(any(i == "RUN" and "install-deps.sh" in a for i, a in instr[:last_stage]),
 check(any(i == "RUN" and "install-deps.sh runtime" in a for i, a in final), "Dockerfile: runtime uses install-deps.sh runtime")
 check(any(i == "RUN" and "install-deps.sh build" in a for i, a in instr[:last_stage]),
       "Dockerfile: the build stage installs only the build group")
-check(any(i == "VOLUME" and "/models" in a for i, a in final), "Dockerfile: /models volume")
+# /models holds the baked-in default model; a VOLUME there would copy it into an anonymous volume per run
+check(any(i == "COPY" and a.split()[-1].rstrip("/") == "/models" for i, a in final), "Dockerfile: /models in the image")
+check(not any(i == "VOLUME" and "/models" in a for i, a in final), "Dockerfile: no VOLUME over the baked-in /models")
 cmd = " ".join(a for i, a in final if i in ("CMD", "ENTRYPOINT"))
 check("serve" in cmd and "0.0.0.0" in cmd, f"Dockerfile: serves on 0.0.0.0 by default, is {cmd}")
 with open(os.path.join(ROOT, "deploy", "install-deps.sh")) as f:
