@@ -294,7 +294,7 @@ def check_against_host(s, host, label):
 
 def check_drain(s):
     ctx = requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["context_length"]
-    req = {"prompt": "And the earth was without form", "max_tokens": min(600, ctx - 32), "temperature": 0, "ignore_eos": True,
+    req = {"prompt": "And the earth was without form", "max_tokens": min(300, ctx - 32), "temperature": 0, "ignore_eos": True,
            "stream": True}
     with requests.post(s.url + "/v1/generate", json=req, stream=True, timeout=120) as r:
         lines = r.iter_lines(chunk_size=None)
