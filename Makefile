@@ -122,12 +122,12 @@ image: ## build the container image attnd:$(VERSION) + attnd:latest; VULKAN_CPU=
 	./deploy/install-deps.sh image
 	./deploy/build-image.sh $(if $(filter 1,$(VULKAN_CPU)),--vulkan-cpu)
 
-image-test: ## build the image, run it as uid 10001 with a model mounted, check it over HTTP against the host build
+image-test: ## build the image, run it as uid 10001 with a model mounted, check it over HTTP against the host build (VULKAN_CPU=1: that variant)
 	./deploy/install-deps.sh
 	./deploy/install-deps.sh image
 	$(MAKE) $(BIN)
 	$(MAKE) image
-	SHARED=$(SHARED) ATTND=$(BIN) ./tests/image/test_image.py
+	SHARED=$(SHARED) ATTND=$(BIN) IMAGE_TAG=attnd:$(VERSION)$(if $(filter 1,$(VULKAN_CPU)),-vulkan-cpu) ./tests/image/test_image.py
 
 clean: ## remove build outputs
 	rm -rf build

@@ -35,7 +35,7 @@ import requests
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from attnd_daemon import Checker, Daemon, model, parse_sse, wait_for  # noqa: E402
+from attnd_daemon import Checker, Daemon, model, parse_sse  # noqa: E402
 
 VERSION = open(os.path.join(ROOT, "VERSION")).read().strip()
 TAG = os.environ.get("IMAGE_TAG", f"{os.environ.get('IMAGE', 'attnd')}:{VERSION}")
@@ -212,7 +212,9 @@ def check_contents(ctr):
     c.check(not sources and not os.path.exists(os.path.join(root, "src")),
             f"source files in the runtime image: {sources[:10]}")
     c.check("libvulkan1" in pkgs, "the Vulkan loader (libvulkan1) is missing")
-    if not TAG.endswith("-vulkan-cpu"):
+    if TAG.endswith("-vulkan-cpu"):
+        c.check("mesa-vulkan-drivers" in pkgs, "the -vulkan-cpu image has no Mesa Vulkan drivers")
+    else:
         c.check(not any(p.startswith(("mesa-", "libllvm")) for p in pkgs), "Mesa/LLVM in the default (slim) image")
     ldd = ctr.run(["ldd", "/usr/local/bin/attnd"])
     c.check(ldd.returncode == 0 and "not found" not in ldd.stdout, f"ldd in the image: {ldd.stdout}{ldd.stderr}")
@@ -325,6 +327,21 @@ def check_drain(s):
     c.check(rc == 0, f"exit status after SIGTERM with a request in flight: {rc}")
 
 
+def check_lavapipe(ctr, mdir):
+    """The -vulkan-cpu image: `--backend vulkan` finds lavapipe and generates what the host's CPU build does."""
+    argv = ["/usr/local/bin/attnd", "run", "-m", "/models/model.gguf", "--backend", "vulkan", "-p", "In the beginning",
+            "-n", "8", "--temp", "0", "--json"]
+    r = ctr.run(argv, mounts=[f"{mdir}:/models:ro"], timeout=300)
+    h = subprocess.run([os.environ.get("ATTND", "build/release/attnd"), *argv[1:3], os.path.join(mdir, "model.gguf"),
+                        "--backend", "cpu", *argv[5:]], capture_output=True, text=True, timeout=300)
+    ok = r.returncode == 0 and h.returncode == 0
+    out = [json.loads(x.stdout) if ok else {} for x in (r, h)]
+    say(f"[vulkan-cpu]  attnd run --backend vulkan in the image -> exit {r.returncode}, {out[0].get('device')}, "
+        f"tokens {out[0].get('tokens')}; host cpu {out[1].get('tokens')}")
+    c.check(ok and out[0]["backend"] == "vulkan" and out[0]["tokens"] == out[1]["tokens"],
+            f"lavapipe in the image: {r.stderr[-500:]}")
+
+
 def serve_and_check(ctr, mounts, model_path, label):
     host = Daemon(model_path)
     s = Served(ctr, mounts)
@@ -371,6 +388,8 @@ def main():
         shutil.copyfile(src, os.path.join(mdir, "model.gguf"))
         os.chmod(os.path.join(mdir, "model.gguf"), 0o644)
         serve_and_check(ctr, [f"{mdir}:/models:ro"], src, "mounted tiny-llama-spm-f32")
+        if TAG.endswith("-vulkan-cpu"):
+            check_lavapipe(ctr, mdir)
         check_default_model(ctr, root)
     finally:
         ctr.remove()
