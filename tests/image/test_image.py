@@ -333,7 +333,7 @@ def check_lavapipe(ctr, mdir):
             "-n", "8", "--temp", "0", "--json"]
     r = ctr.run(argv, mounts=[f"{mdir}:/models:ro"], timeout=300)
     h = subprocess.run([os.environ.get("ATTND", "build/release/attnd"), *argv[1:3], os.path.join(mdir, "model.gguf"),
-                        "--backend", "cpu", *argv[5:]], capture_output=True, text=True, timeout=300)
+                        "--backend", "cpu", *argv[6:]], capture_output=True, text=True, timeout=300)
     ok = r.returncode == 0 and h.returncode == 0
     out = [json.loads(x.stdout) if ok else {} for x in (r, h)]
     say(f"[vulkan-cpu]  attnd run --backend vulkan in the image -> exit {r.returncode}, {out[0].get('device')}, "
