@@ -81,6 +81,7 @@ else
   # docker format: OCI images have no HEALTHCHECK; --layers keeps the build stage's package layer
   buildah bud --isolation chroot --pull=never --layers --format docker "${args[@]}" \
     -t "${tags[0]}" -t "${tags[1]}" .
-  size=$(buildah images --format '{{.Size}}' "${tags[0]}" | head -n1)
+  size=$(buildah images --format '{{.Size}}' "${tags[0]}")
+  size=${size%%$'\n'*}  # one line per tag; not `| head`: with pipefail its SIGPIPE fails the build
 fi
 echo "build-image: ${tags[*]} built with $engine in $((SECONDS - t0)) s, $size"
