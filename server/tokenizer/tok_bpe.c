@@ -11,7 +11,7 @@
  *    the ids they were queued with and skipped.
  * The regexes are the tokenizers' published definitions; `\s` is spelled out as the Unicode
  * White_Space set so that it means the same thing as in the reference's implementation. */
-#include "server/tokenizer/tok_internal.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * popping a pair merges it and queues the new pairs on either side. Pairs made stale by an
  * earlier merge are recognised by their length and skipped. Each final symbol is its token,
  * or else one `<0xNN>` byte token per byte, or else UNK. */
-#include "server/tokenizer/tok_internal.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

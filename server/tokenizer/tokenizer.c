@@ -12,7 +12,7 @@
 
 #include "attnd/gguf.h"
 #include "attnd/log.h"
-#include "server/tokenizer/tok_internal.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
 #define KEY_PRE "tokenizer.ggml.pre"

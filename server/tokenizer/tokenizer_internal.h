@@ -1,6 +1,6 @@
-/* tok_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
-#ifndef ATTND_TOK_INTERNAL_H
-#define ATTND_TOK_INTERNAL_H
+/* tokenizer_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
+#ifndef ATTND_TOKENIZER_INTERNAL_H
+#define ATTND_TOKENIZER_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
