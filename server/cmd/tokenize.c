@@ -10,20 +10,10 @@
 #include "attnd/gguf.h"
 #include "attnd/tokenizer.h"
 #include "attnd/utf8.h"
+#include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
 #define MAX_INPUT ((size_t)64 << 20)
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: attnd tokenize -m MODEL.gguf [--no-bos] [--special] < text\n"
-               "  Tokenizes stdin with the model's tokenizer and prints\n"
-               "  {\"tokens\":[ids],\"pieces\":[\"...\"]}.\n"
-               "  --no-bos   do not add BOS/EOS even where the model adds them\n"
-               "  --special  recognise control tokens such as <|im_end|> in the text\n"
-               "  Pieces are each token's bytes (control tokens as their text); bytes that are not\n"
-               "  valid UTF-8 on their own (a character split across tokens) are shown as U+FFFD.\n");
-}
 
 static char *read_stdin(size_t *len)
 {
@@ -80,27 +70,37 @@ static char *json_safe(const char *s, size_t n)
     return o;
 }
 
+/* Fills *model, *no_bos and *special from argv; returns CLI_GO or the exit status. */
+static int parse_args(int argc, char **argv, const char **model, int *no_bos, int *special)
+{
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, model, "PATH", "GGUF model whose tokenizer to use (required)")},
+        {CLI_OPT("--no-bos", NULL, CLI_FLAG, no_bos, NULL, "do not add BOS/EOS even where the model adds them")},
+        {CLI_OPT("--special", NULL, CLI_FLAG, special, NULL, "recognise control tokens such as <|im_end|> in the text")},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "tokenize", .usage = "attnd tokenize -m MODEL.gguf [--no-bos] [--special] < text", .opts = opts,
+        .footer = "  Tokenizes stdin with the model's tokenizer and prints\n"
+                  "  {\"tokens\":[ids],\"pieces\":[\"...\"]}.\n"
+                  "  Pieces are each token's bytes (control tokens as their text); bytes that are not\n"
+                  "  valid UTF-8 on their own (a character split across tokens) are shown as U+FFFD.\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if (!*model) {
+        cli_usage(&cmd, stderr);
+        return 2;
+    }
+    return CLI_GO;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL;
-    bool no_bos = false, special = false;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--no-bos")) no_bos = true;
-        else if (!strcmp(argv[i], "--special")) special = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "attnd tokenize: unknown or incomplete argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model) {
-        usage(stderr);
-        return 2;
-    }
+    int no_bos = 0, special = 0;
+    int parsed = parse_args(argc, argv, &model, &no_bos, &special);
+    if (parsed != CLI_GO) return parsed;
 
     int rc = 1;
     char err[512];
