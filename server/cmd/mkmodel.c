@@ -15,6 +15,7 @@
 #include "attnd/gguf.h"
 #include "attnd/gguf_writer.h"
 #include "attnd/tensor.h"
+#include "attnd/utf8.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
@@ -68,17 +69,6 @@ static int byte_to_cp(int b)
     for (int x = 0; x < b; x++)
         if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
     return 256 + n;
-}
-
-static size_t put_utf8(char *o, int cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    o[0] = (char)(0xc0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3f));
-    return 2; /* every code point of the map is below U+0800 */
 }
 
 struct vocab {
@@ -180,7 +170,7 @@ static int write_own_vocab(struct gguf_writer *w, long V, long max_merges, char 
     for (int b = 0; b < 256; b++) {
         char *s = calloc(1, 4);
         if (!s) goto out;
-        put_utf8(s, byte_to_cp(b));
+        utf8_encode((uint32_t)byte_to_cp(b), s); /* below U+0800: 2 bytes at most */
         if (vocab_add(&v, s)) goto out;
     }
     long room = V - 256 - 2;

@@ -47,29 +47,6 @@ static char *read_stdin(size_t *len)
     return buf;
 }
 
-/* Copies s[0..n) into a NUL-terminated string with each byte that is not part of a valid UTF-8
- * character (and each NUL) replaced by U+FFFD, so the JSON output is valid UTF-8. */
-static char *json_safe(const char *s, size_t n)
-{
-    char *o = malloc(3 * n + 1), *p = o;
-    if (!o) return NULL;
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = u[i] ? utf8_seq_len((const char *)u + i, n - i) : 0;
-        if (l) {
-            memcpy(p, u + i, l);
-            p += l;
-            i += l;
-        } else {
-            memcpy(p, "\xef\xbf\xbd", 3);
-            p += 3;
-            i++;
-        }
-    }
-    *p = 0;
-    return o;
-}
-
 /* Fills *model, *no_bos and *special from argv; returns CLI_GO or the exit status. */
 static int parse_args(int argc, char **argv, const char **model, int *no_bos, int *special)
 {
@@ -133,7 +110,7 @@ int cmd_tokenize(int argc, char **argv)
     if (!(piece = malloc(cap))) goto oom;
     for (size_t i = 0; i < n; i++) {
         size_t l = tok_decode_token(tok, ids[i], piece, cap, true);
-        char *safe = json_safe(piece, l);
+        char *safe = utf8_sanitize_cstr(piece, l);
         cJSON *num = cJSON_CreateNumber(ids[i]), *str = safe ? cJSON_CreateString(safe) : NULL;
         free(safe);
         if (!num || !str) {

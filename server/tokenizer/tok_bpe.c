@@ -20,6 +20,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "attnd/utf8.h"
+
 /* ============================================================================================
  * byte <-> code point (GPT-2): printable Latin-1 bytes map to themselves, the other 68 bytes
  * (0..32, 127..160, 173) to U+0100.. in byte order.
@@ -311,14 +313,7 @@ static attnd_status bpe_word(const struct tokenizer *tok, const unsigned char *s
     if (!work_reserve(w, n)) return ATTND_ERR_NOMEM;
     if (tok->ignore_merges) {
         size_t e = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t cp = tok_bpe_byte_cp(s[i]);
-            if (cp < 0x80) w->enc[e++] = (char)cp;
-            else {
-                w->enc[e++] = (char)(0xC0 | (cp >> 6));
-                w->enc[e++] = (char)(0x80 | (cp & 0x3F));
-            }
-        }
+        for (size_t i = 0; i < n; i++) e += utf8_encode(tok_bpe_byte_cp(s[i]), w->enc + e); /* 1 or 2 bytes */
         int id = tok_lookup(tok, w->enc, e);
         if (id >= 0) return tok_ids_push(out, id) ? ATTND_OK : ATTND_ERR_NOMEM;
     }

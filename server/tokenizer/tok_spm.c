@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/utf8.h"
+
 struct sym {
     int prev, next; /* neighbours in the chain; -1 at the ends */
     size_t start;   /* offset in the escaped text */
@@ -108,7 +110,7 @@ attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_
     if (!sy) goto out;
     int ns = 0;
     for (size_t i = 0; i < n;) {
-        size_t l = tok_utf8_len((const unsigned char *)s + i, n - i);
+        size_t l = utf8_seq_len(s + i, n - i);
         if (!l) l = 1;
         sy[ns] = (struct sym){ns - 1, ns + 1, i, l};
         ns++;

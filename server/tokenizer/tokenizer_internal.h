@@ -78,9 +78,6 @@ struct tok_ids {
 };
 bool tok_ids_push(struct tok_ids *ids, int32_t id);
 
-/* Length of the valid UTF-8 character at s[0..n) (n >= 1), or 0 if the bytes there are not one. */
-size_t tok_utf8_len(const unsigned char *s, size_t n);
-
 /* SPM: tokenizes one raw-text fragment, after a dummy space if prefix_space. */
 attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool prefix_space,
                             struct tok_ids *out);
