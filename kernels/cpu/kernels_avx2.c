@@ -1,6 +1,6 @@
 /* kernels_avx2.c - AVX2 + FMA + F16C kernels. Built with -mavx2 -mfma -mf16c (the Makefile
- * does that for *_avx2.c); kernels.c calls them only after cpu_kernels_init() found those
- * instructions. Contracts: kernels_impl.h.
+ * does that for *_avx2.c); cpu_kernels.c calls them only after cpu_kernels_init() found those
+ * instructions. Contracts: cpu_kernels_impl.h.
  *
  * Quantized dots (Q8_0 or Q4_0 weights against Q8_0 activations) per 32-weight block:
  *   maddubs(|w|, sign(a, w))  -> 16 x i16 (exact: |w| <= 128, |a| <= 127)
@@ -9,7 +9,7 @@
  * The GEMMs register-block 2 weight rows x 4 tokens: each weight vector is loaded (and for Q4_0
  * unpacked) once for 4 tokens and each activation vector once for 2 rows. Q8_0 weights with
  * n_tok >= 4 take gemm_q8_il instead: activations repacked so that one cvt + fma covers 4 tokens. */
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
 
 #include "attnd/tensor.h"
@@ -191,7 +191,7 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
     }
 }
 
-/* The float-weight entry points (kernels_impl.h). */
+/* The float-weight entry points (cpu_kernels_impl.h). */
 KERNELS_FLOAT_ENTRIES(avx2)
 
 /* ================================================================ quantized weights */
@@ -507,7 +507,7 @@ float cpu_avx2_vec_dot_q4_0(size_t n, const void *w, const void *a)
     return y;
 }
 
-/* GEMM, Q8_0 and Q4_0 weights (kernels_impl.h). */
+/* GEMM, Q8_0 and Q4_0 weights (cpu_kernels_impl.h). */
 KERNELS_QUANT_GEMMS(avx2)
 
 /* ================================================================ quantize, conversions */

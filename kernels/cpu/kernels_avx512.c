@@ -1,13 +1,13 @@
 /* kernels_avx512.c - AVX-512 F/BW/VL/DQ kernels. Built with -mavx512f -mavx512bw -mavx512vl
- * -mavx512dq -mfma -mf16c (the Makefile does that for *_avx512.c); kernels.c calls them only after
- * cpu_kernels_init() found all four extensions. Contracts: kernels_impl.h.
+ * -mavx512dq -mfma -mf16c (the Makefile does that for *_avx512.c); cpu_kernels.c calls them only after
+ * cpu_kernels_init() found all four extensions. Contracts: cpu_kernels_impl.h.
  *
  * Same algorithms as kernels_avx2.c, twice as wide: float kernels take 16 elements per vector
  * and finish with a masked step instead of a scalar tail; quantized kernels put two 32-weight
  * blocks in one zmm (block b in the low 256 bits, b+1 in the high 256 bits) and do an odd last
  * block with the 256-bit sequence. AVX-512 has no vpsignb, so sign(a, w) is a masked 0 - a where
  * w < 0 (for w == 0 the product with |w| = 0 is 0 either way). */
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
 
 #include "attnd/tensor.h"
@@ -118,7 +118,7 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
     }
 }
 
-/* The float-weight entry points (kernels_impl.h). */
+/* The float-weight entry points (cpu_kernels_impl.h). */
 KERNELS_FLOAT_ENTRIES(avx512)
 
 /* ================================================================ quantized weights */
@@ -233,7 +233,7 @@ float cpu_avx512_vec_dot_q8_0(size_t n, const void *w, const void *a) { return d
 /* Q4_0 weights x Q8_0 activations. */
 float cpu_avx512_vec_dot_q4_0(size_t n, const void *w, const void *a) { return dot_quant(1, n, w, a); }
 
-/* GEMM, Q8_0 and Q4_0 weights (kernels_impl.h). */
+/* GEMM, Q8_0 and Q4_0 weights (cpu_kernels_impl.h). */
 KERNELS_QUANT_GEMMS(avx512)
 
 /* ================================================================ quantize, conversions */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "kernels_simd.h needs -mavx2 -mfma -mf16c"
@@ -49,7 +49,7 @@ INLINE float scale_w(int q4, const unsigned char *row, size_t b)
 }
 
 /* Defines cpu_<isa>_vec_dot_{f32,f16,bf16} and cpu_<isa>_gemm_{f32,f16,bf16} (declared in
- * kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...). */
+ * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...). */
 #define KERNELS_FLOAT_ENTRIES(isa)                                                                          \
     float cpu_##isa##_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); } \
     float cpu_##isa##_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); } \
