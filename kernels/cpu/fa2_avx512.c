@@ -89,26 +89,16 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t
         s[0][1] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 8);
     } else if (R == 2) {
         UNROLL for (int h = 0; h < 2; h++) {
-            /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
             const __m256 a = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h);
             const __m256 b = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h + 4);
-            s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
-            s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
+            scores_r2(a, b, s, h);
         }
     } else {
         UNROLL for (int h = 0; h < 2; h++) {
-            /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
             __m256d x[4];
             UNROLL for (int p = 0; p < 4; p++)
                 x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t->k, t->pk, krow, 8 * h + 2 * p));
-            const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
-            const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
-            const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
-            const __m256 hi23 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[2], x[3]));
-            s[0][h] = _mm256_permute2f128_ps(lo01, lo23, 0x20);
-            s[1][h] = _mm256_permute2f128_ps(hi01, hi23, 0x20);
-            s[2][h] = _mm256_permute2f128_ps(lo01, lo23, 0x31);
-            s[3][h] = _mm256_permute2f128_ps(hi01, hi23, 0x31); /* zeros when R == 3 */
+            scores_r4(x, s, h);
         }
     }
 }

@@ -70,6 +70,28 @@ FA2_INLINE __m256 reduce8(const __m256 a[8])
     return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
 }
 
+/* qk_rows for R = 2, half h (keys 8h..8h+7): a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7]
+ * into row order s[r][h]. */
+FA2_INLINE void scores_r2(__m256 a, __m256 b, __m256 s[4][2], int h)
+{
+    s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
+    s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
+}
+
+/* qk_rows for R = 3 or 4, half h: x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit
+ * pairs, into row order s[r][h] (row 3 zeros when R == 3). */
+FA2_INLINE void scores_r4(const __m256d x[4], __m256 s[4][2], int h)
+{
+    const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
+    const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
+    const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
+    const __m256 hi23 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[2], x[3]));
+    s[0][h] = _mm256_permute2f128_ps(lo01, lo23, 0x20);
+    s[1][h] = _mm256_permute2f128_ps(hi01, hi23, 0x20);
+    s[2][h] = _mm256_permute2f128_ps(lo01, lo23, 0x31);
+    s[3][h] = _mm256_permute2f128_ps(hi01, hi23, 0x31);
+}
+
 /* What a row block needs to know about the tile. */
 struct tile {
     const unsigned char *k, *v;   /* the tile's 16 K and V rows (pool or converted buffer) */

@@ -465,8 +465,6 @@ static int parse_kvs(struct cursor *c, struct gguf *g, uint64_t n_kv)
 {
     size_t cap = 0;
     void *arr = NULL;
-    if (grow(c, &arr, &cap, sizeof *g->kvs, 0, n_kv)) return -1;
-    g->kvs = arr;
     for (uint64_t i = 0; i < n_kv; i++) {
         if (grow(c, &arr, &cap, sizeof *g->kvs, i, n_kv)) return -1;
         g->kvs = arr;
@@ -497,8 +495,6 @@ static int parse_tensors(struct cursor *c, struct gguf *g, uint64_t n_tensors)
 {
     size_t cap = 0;
     void *arr = NULL;
-    if (grow(c, &arr, &cap, sizeof *g->tensors, 0, n_tensors)) return -1;
-    g->tensors = arr;
     for (uint64_t i = 0; i < n_tensors; i++) {
         if (grow(c, &arr, &cap, sizeof *g->tensors, i, n_tensors)) return -1;
         g->tensors = arr;
