@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/chat_template.h"
 #include "attnd/check.h"
 #include "attnd/forward.h"
 
@@ -88,6 +89,17 @@ int cli_parse_vk_device(const char *flag, const char *v, void *dest)
     long n;
     if (cli_int(flag, v, 0, 63, &n)) return -1;
     *(int *)dest = (int)n + 1;
+    return 0;
+}
+
+int cli_parse_chat_template(const char *flag, const char *v, void *dest)
+{
+    enum chat_family f;
+    if (chat_family_parse(v, &f)) {
+        fprintf(stderr, "attnd: %s expects chatml, llama3, mistral, gemma or phi3, got '%s'\n", flag, v);
+        return -1;
+    }
+    *(int *)dest = (int)f;
     return 0;
 }
 

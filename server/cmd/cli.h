@@ -73,6 +73,10 @@ int cli_int_list(const char *flag, const char *s, int32_t **out, size_t *n);
 int cli_parse_backend(const char *flag, const char *v, void *dest);
 int cli_parse_vk_device(const char *flag, const char *v, void *dest);
 
+/* CLI_CUSTOM parser of --chat-template chatml|llama3|mistral|gemma|phi3 (int *dest = enum
+ * chat_family). 0, or -1 with a message. */
+int cli_parse_chat_template(const char *flag, const char *v, void *dest);
+
 /* A table entry's common fields, and the range of a number: {CLI_OPT(...), CLI_RANGE(lo, hi)}. */
 #define CLI_OPT(long_name, short_name_, type_, dest_, arg_, help_)                                        \
     .name = (long_name), .short_name = (short_name_), .type = (type_), .dest = (dest_), .arg = (arg_),     \

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/chat_template.h"
 #include "attnd/http.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -103,13 +104,18 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--max-connections", NULL, CLI_INT, &hc->max_connections, "N", "concurrent connections (default 256)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but /health")},
         {CLI_OPT("--api-key-file", NULL, CLI_STR, &A->key_file, "FILE", "the same, the key read from FILE (first line)")},
+        {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",
+                 "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
+                 "(default: recognised from the model's tokenizer.chat_template)"),
+         .parse = cli_parse_chat_template},
         {CLI_OPT("--grace-ms", NULL, CLI_LONG, &A->grace_ms, "N", "on SIGTERM/SIGINT, how long requests in flight may run on\n(default 10000)"), CLI_RANGE(0, 3600L * 1000)},
         CLI_HELP_OPT,
         {.type = CLI_END},
     };
     const struct cli_cmd cmd = {
         .name = "serve", .usage = "attnd serve -m MODEL.gguf [options]", .opts = opts,
-        .footer = "Routes: POST /v1/generate, GET /attention, GET /health, GET /v1/models, GET /metrics\n"
+        .footer = "Routes: POST /v1/generate, POST /v1/chat/completions, POST /v1/completions, GET /attention,\n"
+                  "GET /logit_lens, GET /health, GET /v1/models, GET /metrics\n"
                   "(README.md, section \"HTTP API\").\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO) return rc;
@@ -176,13 +182,17 @@ static void block_signals(sigset_t *sigs)
     signal(SIGPIPE, SIG_IGN);
 }
 
-/* Serves the loaded engine until SIGTERM or SIGINT, then shuts down in order: stop listening,
+/* Serves the loaded engine (after logging its chat template: chat_template, an enum chat_family,
+ * or < 0 for the one recognised from the model) until SIGTERM or SIGINT, then shuts down in order: stop listening,
  * drain, detach, cancel what outlives grace_ms, let the answers go out. */
-static void serve_until_signal(struct http_server *srv, struct loader *L, const sigset_t *sigs, long grace_ms)
+static void serve_until_signal(struct http_server *srv, struct loader *L, const sigset_t *sigs, long grace_ms,
+                               int chat_template)
 {
     struct model *m = L->m;
     struct sched *s = L->s;
     int sig = 0;
+    if (chat_template >= 0) log_info("chat template: %s (--chat-template)", chat_family_name((enum chat_family)chat_template));
+    else chat_family_for_model(m->gguf, true); /* logs what it recognised */
     http_set_engine(srv, m, L->tok, s);
     log_info("ready: model %s (%s, %d layers, vocabulary %d), context %d tokens", m->name ? m->name : "?",
              m->hp.arch_name, m->hp.n_layer, m->hp.n_vocab, sched_n_ctx(s));
@@ -246,7 +256,7 @@ int cmd_serve(int argc, char **argv)
     pthread_join(loader, NULL);
     loader_started = false;
     if (!L.ok) goto out;
-    serve_until_signal(srv, &L, &sigs, A.grace_ms);
+    serve_until_signal(srv, &L, &sigs, A.grace_ms, A.hc.chat_template);
     rc = 0;
 out:
     if (loader_started) pthread_join(loader, NULL);
