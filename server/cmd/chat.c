@@ -28,7 +28,7 @@ struct opts {
     const char *model, *system;
     int family;           /* enum chat_family, or -1: from the model */
     long max_tokens, threads, ctx, seed;
-    double temp;
+    float temp;
     int backend, vk_device;
 };
 
@@ -42,59 +42,32 @@ struct reply {
     char finish[16];
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: attnd chat -m MODEL.gguf [options]\n"
-               "  --chat-template NAME   chatml|llama3|mistral|gemma|phi3 (default: from the model file)\n"
-               "  --system TEXT          a system message to start the conversation with\n"
-               "  -n N                   longest reply, tokens (default 512)\n"
-               "  --temp T               temperature, 0 = greedy (default 0.7)\n"
-               "  --seed S  --threads N  --ctx N\n" CLI_BACKEND_HELP
-               "Type a message and Enter; /reset starts over, /quit or end of input leaves.\n");
-}
-
 /* Returns 0, 1 (--help shown) or 2 (usage error, message on stderr). */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.family = -1, .max_tokens = 512, .seed = -1, .temp = 0.7};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!v) {
-            fprintf(stderr, "attnd chat: unknown option or missing value: '%s'\n", a);
-            return 2;
-        }
-        i++;
-        int bf = cli_backend_flag(a, v, &o->backend, &o->vk_device);
-        enum chat_family f;
-        if (bf < 0) return 2;
-        if (bf) continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--system")) o->system = v;
-        else if (!strcmp(a, "--chat-template")) {
-            if (chat_family_parse(v, &f)) {
-                fprintf(stderr, "attnd chat: --chat-template expects chatml, llama3, mistral, gemma or phi3\n");
-                return 2;
-            }
-            o->family = (int)f;
-        } else if (!strcmp(a, "-n")) {
-            if (cli_int(a, v, 1, 1 << 20, &o->max_tokens)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (cli_float(a, v, 0, 100, &o->temp)) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (cli_int(a, v, 0, 1L << 53, &o->seed)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_int(a, v, 0, 1024, &o->threads)) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (cli_int(a, v, 0, 1 << 22, &o->ctx)) return 2;
-        } else {
-            fprintf(stderr, "attnd chat: unknown option '%s'\n", a);
-            return 2;
-        }
-    }
+    *o = (struct opts){.family = -1, .max_tokens = 512, .seed = -1, .temp = 0.7f};
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, &o->model, "PATH", "GGUF instruct model (required)")},
+        {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &o->family, "NAME",
+                 "chatml|llama3|mistral|gemma|phi3 (default: from the model file)"),
+         .parse = cli_parse_chat_template},
+        {CLI_OPT("--system", NULL, CLI_STR, &o->system, "TEXT", "a system message to start the conversation with")},
+        {CLI_OPT("-n", NULL, CLI_LONG, &o->max_tokens, "N", "longest reply, tokens (default 512)"), CLI_RANGE(1, 1 << 20)},
+        {CLI_OPT("--temp", NULL, CLI_FLOAT, &o->temp, "T", "temperature, 0 = greedy (default 0.7)"), CLI_RANGE(0, 100)},
+        {CLI_OPT("--seed", NULL, CLI_LONG, &o->seed, "S", "sampling seed (turn t uses S + t)"), CLI_RANGE(0, 1L << 53)},
+        {CLI_OPT("--threads", NULL, CLI_LONG, &o->threads, "N", "compute threads (default 0 = all online CPUs)"),
+         CLI_RANGE(0, 1024)},
+        {CLI_OPT("--ctx", NULL, CLI_LONG, &o->ctx, "N", "context, tokens (default 0 = min(model's, 4096))"),
+         CLI_RANGE(0, 1 << 22)},
+        CLI_BACKEND_OPTS(&o->backend, &o->vk_device),
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "chat", .usage = "attnd chat -m MODEL.gguf [options]", .opts = opts,
+        .footer = "Type a message and Enter; /reset starts over, /quit or end of input leaves.\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc == 0 ? 1 : 2;
     if (!o->model) {
         fprintf(stderr, "attnd chat: need -m MODEL.gguf\n");
         return 2;
