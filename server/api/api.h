@@ -69,6 +69,7 @@ struct api_conn {
     struct http_server *srv;
     struct MHD_Connection *mc;
     const struct api_route *route; /* its line in the route table, NULL if none matched */
+    bool openai_errors;     /* errors answer in the OpenAI API's shape (the route's line says so) */
     char method[16];
     char path[128];
     double t_start;         /* monotonic seconds */

@@ -106,6 +106,12 @@ void api_buf_json_str(struct api_buf *b, const char *s, size_t n)
     api_buf_put(b, "\"", 1);
 }
 
+void api_buf_json_str_or_null(struct api_buf *b, const char *s)
+{
+    if (s) api_buf_json_str(b, s, strlen(s));
+    else api_buf_put(b, "null", 4);
+}
+
 void api_buf_float(struct api_buf *b, double v)
 {
     if (!isfinite(v)) api_buf_put(b, "null", 4);

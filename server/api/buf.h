@@ -25,6 +25,8 @@ void api_buf_printf(struct api_buf *b, const char *fmt, ...) __attribute__((form
 /* Appends s[0..n) as a quoted JSON string: escapes quotes, backslashes and control bytes, and
  * replaces every byte that is not part of valid UTF-8 with U+FFFD. */
 void api_buf_json_str(struct api_buf *b, const char *s, size_t n);
+/* Appends the NUL-terminated s as a JSON string, or null when s is NULL. */
+void api_buf_json_str_or_null(struct api_buf *b, const char *s);
 /* Appends a float as the shortest text that round-trips a float ("%.9g"), or null if not finite. */
 void api_buf_float(struct api_buf *b, double v);
 /* Hands the bytes to the caller (who frees them) and resets b; NULL if b->oom. */

@@ -39,7 +39,6 @@ int api_status_code(attnd_status st, bool range_is_size)
     }
 }
 
-void api_error_count(struct http_server *srv, int code) { metrics_error(srv->metrics, (size_t)error_kind(code)); }
 
 void api_error_json(struct http_server *srv, struct api_buf *b, int code, const char *message)
 {
@@ -50,13 +49,36 @@ void api_error_json(struct http_server *srv, struct api_buf *b, int code, const 
     metrics_error(srv->metrics, (size_t)kind);
 }
 
+/* The OpenAI API's error types for an HTTP status. */
+static const char *openai_error_type(int code)
+{
+    if (code == 401) return "authentication_error";
+    if (code == 404) return "not_found_error";
+    if (code == 429 || code == 503) return "server_overloaded";
+    return code >= 400 && code < 500 ? "invalid_request_error" : "server_error";
+}
+
+void api_error_json_openai(struct http_server *srv, struct api_buf *b, int code, const char *param,
+                           const char *err_code, const char *message)
+{
+    api_buf_puts(b, "{\"error\":{\"message\":");
+    api_buf_json_str(b, message, strlen(message));
+    api_buf_printf(b, ",\"type\":\"%s\",\"param\":", openai_error_type(code));
+    api_buf_json_str_or_null(b, param);
+    api_buf_puts(b, ",\"code\":");
+    api_buf_json_str_or_null(b, err_code);
+    api_buf_puts(b, "}}");
+    metrics_error(srv->metrics, (size_t)error_kind(code));
+}
+
 static enum MHD_Result send_error(struct api_conn *c, int code, const char *hname, const char *hval,
                                   const char *fmt, va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     struct api_buf b = {0};
-    api_error_json(c->srv, &b, code, msg);
+    if (c->openai_errors) api_error_json_openai(c->srv, &b, code, NULL, NULL, msg);
+    else api_error_json(c->srv, &b, code, msg);
     api_buf_puts(&b, "\n");
     size_t len = b.len;
     char *body = api_buf_take(&b);

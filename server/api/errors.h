@@ -2,7 +2,9 @@
  * engine status becomes. Every error the API answers goes through here, so every error has the
  * same shape and is counted in the metrics:
  *     {"error":{"code":400,"type":"invalid_request","message":"..."}}
- * The type follows from the status code (api_error_type()). */
+ * The type follows from the status code (api_error_type()). Routes whose table line says
+ * openai_errors (the OpenAI-compatible ones) answer every error, those refused before the route
+ * runs too, in that API's shape instead: {"error":{"message","type","param","code"}}. */
 #ifndef ATTND_API_ERRORS_H
 #define ATTND_API_ERRORS_H
 
@@ -33,10 +35,6 @@ extern const char *const api_error_kind_names[API_ERROR_KIND_COUNT];
  * 4xx invalid_request, everything else internal_error. Never NULL. */
 const char *api_error_type(int code);
 
-/* Counts an error answer of HTTP status code in attnd_errors_total{type}, for a route that
- * writes its errors in another shape (the OpenAI-compatible routes). */
-void api_error_count(struct http_server *srv, int code);
-
 /* The HTTP status for a failed engine call: ATTND_ERR_INVALID 400; ATTND_ERR_RANGE 400, or 413
  * when range_is_size (the range is a size cap on what the request sent, e.g. its token count);
  * ATTND_ERR_NOMEM and ATTND_ERR_UNSUPPORTED 503 (the server cannot do it now); anything else
@@ -59,5 +57,10 @@ enum MHD_Result api_error_retry(struct api_conn *c, int code, const char *fmt, .
 /* Appends the error object (no trailing newline) to b and counts it, for errors that cannot
  * change the status line any more (an event in a stream that has already started). */
 void api_error_json(struct http_server *srv, struct api_buf *b, int code, const char *message);
+
+/* The same in the OpenAI API's shape, {"error":{"message","type","param","code"}} (param and
+ * err_code may be NULL: JSON null), for the routes whose table line asks for it. */
+void api_error_json_openai(struct http_server *srv, struct api_buf *b, int code, const char *param,
+                           const char *err_code, const char *message);
 
 #endif

@@ -133,6 +133,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         snprintf(c->method, sizeof c->method, "%s", method);
         snprintf(c->path, sizeof c->path, "%s", url);
         c->route = api_route_find(url);
+        c->openai_errors = c->route && c->route->openai_errors;
         *con_cls = c;
         return admit(c, c->route, method);
     }

@@ -34,34 +34,6 @@
  * Errors and the body
  * ============================================================================================== */
 
-static const char *oai_error_type(int status)
-{
-    if (status == 401) return "authentication_error";
-    if (status == 404) return "not_found_error";
-    if (status == 429 || status == 503) return "server_overloaded";
-    return status >= 400 && status < 500 ? "invalid_request_error" : "server_error";
-}
-
-static void put_null_or_str(struct api_buf *b, const char *s)
-{
-    if (s) api_buf_json_str(b, s, strlen(s));
-    else api_buf_puts(b, "null");
-}
-
-/* Appends the error object and counts it (under attnd's own type names, as every route does). */
-static void put_error(struct http_server *srv, struct api_buf *b, int status, const char *param, const char *code,
-                      const char *msg)
-{
-    api_buf_puts(b, "{\"error\":{\"message\":");
-    api_buf_json_str(b, msg, strlen(msg));
-    api_buf_printf(b, ",\"type\":\"%s\",\"param\":", oai_error_type(status));
-    put_null_or_str(b, param);
-    api_buf_puts(b, ",\"code\":");
-    put_null_or_str(b, code);
-    api_buf_puts(b, "}}");
-    api_error_count(srv, status);
-}
-
 enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, const char *code, const char *fmt, ...)
 {
     char msg[512];
@@ -70,7 +42,7 @@ enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, con
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     struct api_buf b = {0};
-    put_error(c->srv, &b, status, param, code, msg);
+    api_error_json_openai(c->srv, &b, status, param, code, msg);
     api_buf_puts(&b, "\n");
     size_t len = b.len;
     char *body = api_buf_take(&b);
@@ -375,7 +347,7 @@ static void put_chunk(struct oai_job *j, struct oai_choice *c, const char *text,
         api_buf_puts(b, "],\"refusal\":null}");
     }
     api_buf_puts(b, ",\"finish_reason\":");
-    put_null_or_str(b, finish);
+    api_buf_json_str_or_null(b, finish);
     api_buf_puts(b, "}]");
     if (j->include_usage) api_buf_puts(b, ",\"usage\":null");
     api_buf_puts(b, "}\n\n");
@@ -453,7 +425,7 @@ static void on_last(struct oai_job *j, struct oai_choice *c, const struct sched_
             if (!j->ch[i].done && j->ch[i].id) sched_cancel(j->sched, j->ch[i].id);
         if (j->stream && !j->closed) {
             api_buf_puts(&j->sse.out, "data: ");
-            put_error(j->srv, &j->sse.out, j->err_code, NULL, NULL, j->err_msg);
+            api_error_json_openai(j->srv, &j->sse.out, j->err_code, NULL, NULL, j->err_msg);
             api_buf_puts(&j->sse.out, "\n\ndata: [DONE]\n\n");
             j->closed = true;
         }

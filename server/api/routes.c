@@ -14,18 +14,18 @@
 #include "server/api/web.h"
 
 const struct api_route api_routes[] = {
-    /* path          match        methods      open   engine handler */
-    {"/v1/generate", NULL,        "POST",      false, true,  api_generate},
-    {"/v1/chat/completions", NULL, "POST",     false, true,  oai_chat},
-    {"/v1/completions", NULL,     "POST",      false, true,  oai_completions},
-    {"/attention",   NULL,        "GET, HEAD", false, true,  api_attention},
-    {"/logit_lens",  NULL,        "GET, HEAD", false, true,  api_logit_lens},
-    {"/health",      NULL,        "GET, HEAD", true,  false, api_health},
-    {"/v1/models",   NULL,        "GET, HEAD", false, true,  api_models},
-    {"/metrics",     NULL,        "GET, HEAD", false, false, api_metrics},
+    /* path                  match        methods      open   engine openai handler */
+    {"/v1/generate",         NULL,        "POST",      false, true,  false, api_generate},
+    {"/v1/chat/completions", NULL,        "POST",      false, true,  true,  oai_chat},
+    {"/v1/completions",      NULL,        "POST",      false, true,  true,  oai_completions},
+    {"/attention",           NULL,        "GET, HEAD", false, true,  false, api_attention},
+    {"/logit_lens",          NULL,        "GET, HEAD", false, true,  false, api_logit_lens},
+    {"/health",              NULL,        "GET, HEAD", true,  false, false, api_health},
+    {"/v1/models",           NULL,        "GET, HEAD", false, true,  false, api_models},
+    {"/metrics",             NULL,        "GET, HEAD", false, false, false, api_metrics},
     /* the playground's static files hold no secrets (the page asks for the key): last, so no
      * file name shadows a route */
-    {"/",            api_web_has, "GET, HEAD", true,  false, api_web},
+    {"/",                    api_web_has, "GET, HEAD", true,  false, false, api_web},
 };
 
 const size_t api_n_routes = sizeof api_routes / sizeof api_routes[0];

@@ -16,6 +16,8 @@ struct api_route {
     const char *methods;                    /* allowed methods as the Allow header lists them, "GET, HEAD" */
     bool open;                              /* answered without the API key */
     bool needs_engine;                      /* answers 503 while the model loads or the server stops */
+    bool openai_errors;                     /* its errors, those answered before it runs too, take the OpenAI
+                                               API's shape {"error":{message,type,param,code}} */
     enum MHD_Result (*handler)(struct api_conn *c); /* called once the body is complete */
 };
 

@@ -206,6 +206,18 @@ try {
   await expectBad({ model, messages: [{ role: "tool", content: "x" }] }, "chat", "messages");
   await expectBad({ model, prompt, suffix: "end" }, "text", "suffix");
   await expectBad({ model, prompt, logprobs: 6 }, "text", "logprobs");
+  // errors answered before the route runs (method, body size) keep the API's shape too
+  for (const [what, init, status] of [
+    ["GET", { method: "GET" }, 405],
+    ["a 2 MiB body", { method: "POST", body: "x".repeat(2 << 20) }, 413],
+  ]) {
+    const r = await fetch(`${base}/v1/chat/completions`, init);
+    const j = await r.json().catch(() => null);
+    const e = j && j.error;
+    check(r.status === status && e && Object.keys(e).sort().join() === "code,message,param,type" &&
+      typeof e.message === "string" && e.type === "invalid_request_error" && e.param === null,
+      `${what} on /v1/chat/completions: ${status} in the OpenAI error shape`, j);
+  }
   // ---- serve --chat-template llama3 on the Llama 3 vocabulary (the file has no template) ------
   const llama3 = modelPath.replace(/[^/]*$/, "tiny-llama3-f32.gguf");
   const second = await startDaemon(llama3, ["--chat-template", "llama3"]);
