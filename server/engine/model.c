@@ -152,7 +152,7 @@ static void bind_weight(struct binder *b, struct model_weight *w, const char *na
     }
     if (!cpu_type_supported((enum tensor_type)t->type)) {
         b->st = errf(b->err, b->errlen, ATTND_ERR_UNSUPPORTED,
-                     "tensor '%s' has type %s; supported: f32, f16, bf16, q8_0, q4_0", name,
+                     "tensor '%s' has type %s; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs", name,
                      tensor_type_name(t->type));
         return;
     }
