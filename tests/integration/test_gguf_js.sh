@@ -60,7 +60,7 @@ done
 # ---- every file: both parsers agree ------------------------------------------------------
 files=("${made[@]}")
 shopt -s nullglob
-shared_models=("$SHARED"/models/*.gguf)
+shared_models=("$SHARED"/models/*.gguf "$SHARED"/models/formats/*.gguf)
 shopt -u nullglob
 if [ ${#shared_models[@]} -eq 0 ]; then
   echo "FAIL no models under $SHARED/models (set SHARED=...)"
