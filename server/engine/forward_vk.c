@@ -137,8 +137,8 @@ static int add_type(enum tensor_type *types, int n, enum tensor_type t)
     return n + 1;
 }
 
-/* The Vulkan shaders take F32/F16/BF16/Q8_0/Q4_0 weights and have no qwen3 q/k norm yet: anything
- * else is refused here with its name (auto falls back to the CPU). */
+/* The Vulkan shaders have no qwen3 q/k norm yet and decode only some weight types: anything else
+ * is refused here with its name (auto falls back to the CPU). */
 static attnd_status vk_model_supported(const struct model *m, char *why, size_t why_n)
 {
     for (int l = 0; l <= m->hp.n_layer; l++) {
@@ -156,7 +156,7 @@ static attnd_status vk_model_supported(const struct model *m, char *why, size_t 
         }
         for (int i = 0; i < n; i++) {
             enum tensor_type t = w[i]->type;
-            if (t != TENSOR_F32 && t != TENSOR_F16 && t != TENSOR_BF16 && t != TENSOR_Q8_0 && t != TENSOR_Q4_0) {
+            if (!vkb_type_supported(t)) {
                 snprintf(why, why_n, "the Vulkan backend does not run %s weights yet", tensor_type_name(t));
                 return ATTND_ERR_UNSUPPORTED;
             }
