@@ -193,6 +193,7 @@ static void unpack256(enum tensor_type t, const unsigned char *b, struct blk256 
 
 /* ================================================================ public: types, dequant */
 
+/* Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS. Pure. */
 int quants_supported(enum tensor_type t)
 {
     switch (t) {
@@ -325,6 +326,7 @@ REF_DOT(q6_k, TENSOR_Q6_K, ref_dot256)
 REF_DOT(iq4_xs, TENSOR_IQ4_XS, ref_dot256)
 #undef REF_DOT
 
+/* The scalar dot of a supported type; NULL for any other. */
 cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t)
 {
     switch (t) {
@@ -342,6 +344,7 @@ cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t)
     }
 }
 
+/* The AVX2 dot of a supported type (callable only when the CPU has AVX2+FMA+F16C); NULL for any other. */
 cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t)
 {
     switch (t) {

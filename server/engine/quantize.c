@@ -209,6 +209,7 @@ static void q6_k_block(const float *x, unsigned char *b)
 
 /* ================================================================ rows */
 
+/* Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. */
 int quantize_type_supported(enum tensor_type t)
 {
     switch (t) {
@@ -218,6 +219,7 @@ int quantize_type_supported(enum tensor_type t)
     }
 }
 
+/* ATTND_ERR_INVALID for another type or a partial block; otherwise writes the blocks. Thread-safe. */
 attnd_status quantize_row(enum tensor_type t, const float *x, void *dst, size_t n)
 {
     if (!quantize_type_supported(t) || n % tensor_block_elems(t)) return ATTND_ERR_INVALID;
@@ -248,6 +250,7 @@ static const struct {
     [QUANTIZE_Q6_K] = {"q6_k", TENSOR_Q6_K, 18},
 };
 
+/* 0 and *out set for a preset name, -1 (and *out untouched) otherwise. */
 int quantize_preset_parse(const char *name, enum quantize_preset *out)
 {
     for (int i = 0; i <= QUANTIZE_Q6_K; i++)
@@ -258,6 +261,7 @@ int quantize_preset_parse(const char *name, enum quantize_preset *out)
     return -1;
 }
 
+/* Static string ("q4_k_m"); p must be a valid preset. */
 const char *quantize_preset_name(enum quantize_preset p) { return g_presets[p].name; }
 
 /* The reference quantizer's choice of layers that get more bits. */
@@ -269,6 +273,7 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* The reference quantizer's mix (see quantize.h); pure. */
 enum tensor_type quantize_tensor_type(enum quantize_preset p, const char *name, uint32_t n_dims, uint64_t ne0,
                                       int layer, int n_layers, int as_output)
 {
@@ -409,6 +414,8 @@ static attnd_status plan(const struct gguf *g, enum quantize_preset p, struct gg
     return ATTND_OK;
 }
 
+/* See quantize.h. The output goes through gguf_writer_write (a .tmp file renamed at the end), so a
+ * failure leaves no file at out. Not thread-safe with itself on the same out path. */
 attnd_status quantize_file(const char *in, const char *out, enum quantize_preset p, int n_threads,
                            quantize_progress_fn progress, void *ud, char *err, size_t errlen)
 {
