@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/check.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
@@ -80,14 +81,6 @@ static void gen_unref(struct gen *g)
     api_buf_free(&g->lps);
     api_buf_free(&g->out);
     free(g);
-}
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    long long ns = ts->tv_nsec + (long long)ms * 1000000LL;
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
 /* ---- JSON pieces shared by the answer and the stream ----------------------------------------- */
@@ -274,7 +267,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         }
         struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
+        check_deadline(&ts, WAIT_SLICE_MS);
         int rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         if (rc == ETIMEDOUT && !g->done && g->out_pos == g->out.len) {
             if (api_peer_gone(g->fd)) {
@@ -317,7 +310,7 @@ static enum MHD_Result answer_whole(struct api_conn *c, struct gen *g)
     pthread_mutex_lock(&g->mu);
     while (!g->done) {
         struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
+        check_deadline(&ts, WAIT_SLICE_MS);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         if (!g->done && api_peer_gone(fd)) {
             pthread_mutex_unlock(&g->mu);
@@ -611,11 +604,7 @@ static struct gen *gen_new(struct api_conn *c, const struct api_engine *e, struc
     struct gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    check_cond_init(&g->cv); /* waited on with check_deadline deadlines */
     g->refs = 2; /* the connection and the scheduler */
     g->srv = c->srv;
     g->stream = p->stream;

@@ -274,7 +274,7 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     srv->listen_fd = -1;
     pthread_rwlock_init(&srv->engine_lock, NULL);
     pthread_mutex_init(&srv->mu, NULL);
-    pthread_cond_init(&srv->cv, NULL);
+    check_cond_init(&srv->cv); /* http_wait_idle waits on it with a check_deadline */
     atomic_init(&srv->state, API_STATE_LOADING);
     attnd_status st = ATTND_ERR_NOMEM;
     srv->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
