@@ -16,6 +16,7 @@ static const struct subcommand g_cmds[] = {
     {"quantize", cmd_quantize, "write a quantized copy of a GGUF model (q8_0, q4_0, q4_k_m, q5_k_m, q6_k)"},
     {"serve", cmd_serve, "serve completions and attention maps over HTTP"},
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "chat with an instruct model in the terminal (streamed, over its chat template)"},
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
 

@@ -38,10 +38,12 @@ struct http_config {
     int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
     const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
     int max_connections;      /* concurrent connections (each holds one thread) */
+    int chat_template;        /* enum chat_family for /v1/chat/completions; -1: recognised from the
+                                 model's tokenizer.chat_template (ChatML if none) */
 };
 
 /* Fills cfg with the defaults: 127.0.0.1:8080, 1 MiB bodies, max_tokens cap 4096, 16 kept
- * requests, attention cap 2048 tokens, no API key, 256 connections. */
+ * requests, attention cap 2048 tokens, no API key, 256 connections, chat template from the model. */
 void http_config_default(struct http_config *cfg);
 
 /* Binds cfg->host:cfg->port and starts serving in background threads (strings in cfg are

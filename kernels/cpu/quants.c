@@ -1,7 +1,7 @@
 /* quants.c - scalar reference for the K-quant, IQ4 and Q4_1/Q5_x weight types (layouts in
- * quants.h): dequantization, Q8_K activation quantization, reference dot products, and the
+ * cpu_kernels_impl.h): dequantization, Q8_K activation quantization, reference dot products, and the
  * row-at-a-time GEMM both ISAs use. Built for baseline x86-64. */
-#include "kernels/cpu/quants.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -209,7 +209,7 @@ static int is_256(enum tensor_type t) { return tensor_block_elems(t) == QUANTS_Q
 /* Q8_K for the super-block types, Q8_0 for the 32-blocks. */
 enum tensor_type quants_dot_type(enum tensor_type t) { return is_256(t) ? TENSOR_Q8_K : TENSOR_Q8_0; }
 
-/* The caller (kernels.c) has checked the type and that n is a multiple of its block. */
+/* The caller (cpu_kernels.c) has checked the type and that n is a multiple of its block. */
 void quants_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n)
 {
     const unsigned char *p = src;

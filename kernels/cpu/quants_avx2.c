@@ -1,12 +1,12 @@
 /* quants_avx2.c - AVX2 dot products for the K-quant, IQ4 and Q4_1/Q5_x weight types (layouts in
- * quants.h). Built with -mavx2 -mfma -mf16c; called only when the CPU has them.
+ * cpu_kernels_impl.h). Built with -mavx2 -mfma -mf16c; called only when the CPU has them.
  *
  * Each block's weights are widened to 32 int8 lanes at a time and multiplied with the int8
  * activations by maddubs (unsigned weights directly; signed ones through the sign trick,
  * |w| * sign(a, w), safe because no quant or activation is -128); the 16-bit pair sums are
  * then multiplied by the sub-block scales in madd, so a super-block's sum is exact in int32
  * as in the scalar reference. Only the float sum over blocks differs in order. */
-#include "kernels/cpu/quants.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 
 #include <immintrin.h>
 

@@ -1,5 +1,5 @@
 /* op_quants.glsl - decoding of the K-quant, IQ4 and Q4_1/Q5_x weight types for load8() in
- * op_common.glsl (which includes this after ld32()). Block layouts: kernels/cpu/quants.h; the
+ * op_common.glsl (which includes this after ld32()). Block layouts: kernels/cpu/cpu_kernels_impl.h; the
  * formulas are those of the scalar reference kernels/cpu/quants.c. Chunk c of a row holds
  * elements [8c, 8c + 8); for the 256-element super-blocks those 8 always share one sub-block.
  * Every read lies inside the block (f16 fields at a block's end go through ld16u). */
