@@ -13,6 +13,7 @@ struct subcommand {
 static const struct subcommand g_cmds[] = {
     {"info", cmd_info, "print a GGUF file's metadata and tensor table"},
     {"mkmodel", cmd_mkmodel, "write a GGUF model with seeded random weights"},
+    {"quantize", cmd_quantize, "write a quantized copy of a GGUF model (q8_0, q4_0, q4_k_m, q5_k_m, q6_k)"},
     {"serve", cmd_serve, "serve completions and attention maps over HTTP"},
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "chat with an instruct model in the terminal (streamed, over its chat template)"},

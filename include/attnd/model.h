@@ -1,4 +1,4 @@
-/* model.h - a loaded llama/qwen2 model: hyper-parameters and weights in memory.
+/* model.h - a loaded llama/qwen2/qwen3 model: hyper-parameters and weights in memory.
  * A struct model is immutable after model_load() and may be shared by any number of
  * forward contexts and threads. */
 #ifndef ATTND_MODEL_H
@@ -13,7 +13,7 @@
 
 struct gguf;
 
-enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 };
+enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1, MODEL_ARCH_QWEN3 = 2 };
 
 struct model_hparams {
     enum model_arch arch;
@@ -44,6 +44,7 @@ struct model_layer {
     const float *attn_norm;                 /* (n_embd) */
     struct model_weight wq, wk, wv, wo;     /* (n_head*hd, n_embd) (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
     const float *bq, *bk, *bv;              /* biases (qwen2) or NULL */
+    const float *q_norm, *k_norm;           /* (head_dim) per-head RMSNorm weights before RoPE (qwen3) or NULL */
     const float *ffn_norm;                  /* (n_embd) */
     struct model_weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
 };

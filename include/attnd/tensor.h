@@ -21,6 +21,8 @@ enum tensor_type {
     TENSOR_Q5_K = 13,
     TENSOR_Q6_K = 14,
     TENSOR_Q8_K = 15,
+    TENSOR_IQ4_NL = 20,
+    TENSOR_IQ4_XS = 23,
     TENSOR_I8 = 24,
     TENSOR_I16 = 25,
     TENSOR_I32 = 26,

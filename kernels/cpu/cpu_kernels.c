@@ -348,6 +348,15 @@ static int checked_slot(enum tensor_type t, size_t n)
     return s;
 }
 
+/* The K-quant/IQ4/Q4_1/Q5_x dot (quants.c) for the active ISA, or the scalar one when ref; NULL
+ * for the other types. Aborts on a partial block. AVX-512 machines run the AVX2 kernels. */
+static cpu_vec_dot_fn quants_fn(enum tensor_type t, size_t n, int ref)
+{
+    if (!quants_supported(t)) return NULL;
+    ATTND_CHECK(n % tensor_block_elems(t) == 0);
+    return ref || active() == &g_sets[CPU_ISA_SCALAR] ? quants_dot_ref_fn(t) : quants_dot_avx2_fn(t);
+}
+
 /* Dispatched; every ISA gives the bits of cpu_f16_to_f32. */
 void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) { active()->h2f(src, dst, n); }
 
@@ -356,12 +365,14 @@ void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) { active()->f
 
 /* ================================================================ public kernels */
 
-/* F32, F16, BF16, Q8_0, Q4_0. */
-int cpu_type_supported(enum tensor_type t) { return type_slot(t) >= 0; }
+/* F32, F16, BF16, Q8_0, Q4_0 here; Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS in quants.c. */
+int cpu_type_supported(enum tensor_type t) { return type_slot(t) >= 0 || quants_supported(t); }
 
-/* TENSOR_Q8_0 for the quantized types, TENSOR_F32 otherwise (also for unsupported types). */
+/* TENSOR_Q8_K for the K-quants and IQ4_XS, TENSOR_Q8_0 for the other quantized types, TENSOR_F32
+ * otherwise (also for unsupported types). */
 enum tensor_type cpu_vec_dot_type(enum tensor_type t)
 {
+    if (quants_supported(t)) return quants_dot_type(t);
     return (t == TENSOR_Q8_0 || t == TENSOR_Q4_0) ? TENSOR_Q8_0 : TENSOR_F32;
 }
 
@@ -369,6 +380,10 @@ enum tensor_type cpu_vec_dot_type(enum tensor_type t)
 void cpu_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n)
 {
     const unsigned char *p = src;
+    if (quants_fn(t, n, 1)) {
+        quants_dequant_row(t, src, dst, n);
+        return;
+    }
     switch (checked_slot(t, n)) {
     case SLOT_F32: memmove(dst, src, n * sizeof(float)); return;
     case SLOT_F16:
@@ -433,9 +448,15 @@ void cpu_quantize_row_q4_0(const float *x, void *dst, size_t n)
     }
 }
 
-/* F32/F16/BF16 weights: copies x (dst may equal x). Q8_0/Q4_0: cpu_quantize_row_q8_0. */
+/* F32/F16/BF16 weights: copies x (dst may equal x). Q8_0 activations: cpu_quantize_row_q8_0;
+ * Q8_K: quants_quantize_row_q8_k. */
 void cpu_prepare_row(enum tensor_type t, const float *x, void *dst, size_t n)
 {
+    if (quants_fn(t, n, 1)) {
+        if (quants_dot_type(t) == TENSOR_Q8_K) quants_quantize_row_q8_k(x, dst, n);
+        else active()->quantize_q8_0(x, dst, n);
+        return;
+    }
     int s = checked_slot(t, n);
     if (s == SLOT_Q8_0 || s == SLOT_Q4_0)
         active()->quantize_q8_0(x, dst, n);
@@ -446,6 +467,8 @@ void cpu_prepare_row(enum tensor_type t, const float *x, void *dst, size_t n)
 /* Dispatched dot product; aborts on an unsupported type or a partial block. */
 float cpu_vec_dot(enum tensor_type t, size_t n, const void *w, const void *a)
 {
+    cpu_vec_dot_fn q = quants_fn(t, n, 0);
+    if (q) return q(n, w, a);
     int s = checked_slot(t, n);
     return active()->dot[s](n, w, a);
 }
@@ -453,6 +476,8 @@ float cpu_vec_dot(enum tensor_type t, size_t n, const void *w, const void *a)
 /* Scalar reference of cpu_vec_dot (float types summed in double). */
 float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a)
 {
+    cpu_vec_dot_fn q = quants_fn(t, n, 1);
+    if (q) return q(n, w, a);
     int s = checked_slot(t, n);
     return g_sets[CPU_ISA_SCALAR].dot[s](n, w, a);
 }
@@ -461,6 +486,11 @@ float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a
 void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
               const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
+    cpu_vec_dot_fn q = quants_fn(t, n, 0);
+    if (q) {
+        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+        return;
+    }
     int s = checked_slot(t, n);
     if (r0 >= r1 || n_tok == 0) return;
     active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
@@ -470,6 +500,11 @@ void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, s
 void cpu_gemm_ref(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                   const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
+    cpu_vec_dot_fn q = quants_fn(t, n, 1);
+    if (q) {
+        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+        return;
+    }
     int s = checked_slot(t, n);
     if (r0 >= r1 || n_tok == 0) return;
     g_sets[CPU_ISA_SCALAR].gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);

@@ -13,6 +13,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "attnd/tensor.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 typedef float (*cpu_vec_dot_fn)(size_t n, const void *w, const void *a);
 typedef void (*cpu_gemm_fn)(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
@@ -64,5 +68,76 @@ void cpu_avx512_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0
 void cpu_avx512_quantize_row_q8_0(const float *x, void *dst, size_t n);
 void cpu_avx512_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_avx512_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
+
+
+/* ---- quants.c (scalar) and quants_avx2.c: the K-quant (Q2_K..Q6_K), IQ4_NL/IQ4_XS and
+ * Q4_1/Q5_0/Q5_1 weight types, which cpu_kernels.c dispatches to.
+ *
+ * Block layouts (facts from the GGUF/ggml format; f16 = IEEE half, all little-endian):
+ *   Q4_1   32 w, 20 B: f16 d, f16 m, u8 qs[16]            w = d*q + m, q a nibble (j: low of qs[j], j+16: high)
+ *   Q5_0   32 w, 22 B: f16 d, u8 qh[4], u8 qs[16]         q = nibble | bit j of qh << 4, w = d*(q - 16)
+ *   Q5_1   32 w, 24 B: f16 d, f16 m, u8 qh[4], u8 qs[16]  w = d*q + m
+ *   IQ4_NL 32 w, 18 B: f16 d, u8 qs[16]                   w = d*K[nibble], K the 16-entry codebook
+ *   Q2_K  256 w, 84 B: u8 scales[16] (lo: scale, hi: min), u8 qs[64], f16 d, f16 dmin
+ *   Q3_K  256 w,110 B: u8 hmask[32], u8 qs[64], u8 scales[12] (16 x 6 bits), f16 d
+ *   Q4_K  256 w,144 B: f16 d, f16 dmin, u8 scales[12] (8 scales + 8 mins, 6 bits), u8 qs[128]
+ *   Q5_K  256 w,176 B: f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
+ *   Q6_K  256 w,210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
+ *   IQ4_XS 256 w,136 B: f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]  (8 sub-blocks, 6-bit scale - 32)
+ * Every K-type decodes to w[i] = d*sc[s]*q[i] - dmin*mn[s] over sub-blocks s of 16 or 32 weights.
+ *
+ * Activations: K-quants and IQ4_XS take Q8_K (256 values: f32 d, i8 qs[256], i16 bsums[16] =
+ * sums of each 16), the 32-blocks take Q8_0, as the reference engine does.
+ * All functions are pure and thread-safe; pointers need only byte alignment. */
+#define QUANTS_QK_K 256
+#define QUANTS_Q8_K_BYTES 292
+
+/* An f16 at any alignment, as f32. */
+static inline float quants_ld_f16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return cpu_f16_to_f32(v);
+}
+
+/* The 16 IQ4 codebook values. */
+extern const int8_t quants_iq4nl_values[16];
+
+/* 1 if t is one of the types this module handles. */
+int quants_supported(enum tensor_type t);
+/* TENSOR_Q8_K or TENSOR_Q8_0 for a supported t. */
+enum tensor_type quants_dot_type(enum tensor_type t);
+/* Dequantizes n elements (a multiple of t's block size) of a supported type t. */
+void quants_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n);
+/* Quantizes n floats (a multiple of 256) to Q8_K: per block, m = the value of largest magnitude,
+ * iscale = -127/m, q = min(127, round-to-nearest-even(iscale*x)), d = 1/iscale (0 for an all-zero block). */
+void quants_quantize_row_q8_k(const float *x, void *dst, size_t n);
+/* Sub-block scales from a block's packed bytes (shared by the scalar and SIMD decoders):
+ * Q4_K/Q5_K: 8 six-bit scales and mins from the 12 bytes at s12;
+ * Q3_K: 16 six-bit scales minus 32 from the 12 bytes at s12;
+ * IQ4_XS: 8 six-bit scales minus 32 from the block (scales_h at b+2, scales_l at b+4). */
+void quants_k4_scales(const unsigned char *s12, int16_t sc[8], int16_t mn[8]);
+void quants_q3_k_scales(const unsigned char *s12, int16_t sc[16]);
+void quants_iq4_xs_scales(const unsigned char *b, int16_t sc[8]);
+/* The scalar reference dot for a supported t, or NULL. */
+cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t);
+/* The AVX2 dot for a supported t (only to be called when the CPU has AVX2+FMA+F16C), or NULL. */
+cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t);
+/* y[j*y_stride + r] = dot(W row r, A row j) for r in [r0, r1), j < n_tok, one weight row at a time
+ * (so it stays in cache for every token). */
+void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                 const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+
+/* ---- AVX2 (quants_avx2.c) ---- */
+float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q5_0(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q5_1(size_t n, const void *w, const void *a);
+float quants_avx2_dot_iq4_nl(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q4_k(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q5_k(size_t n, const void *w, const void *a);
+float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a);
+float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a);
 
 #endif

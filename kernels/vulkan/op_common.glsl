@@ -7,7 +7,8 @@
  *
  * Weight type codes (WT_*) are the ones vk_ops.c passes as a specialisation constant (matmul) or
  * a push constant (get_rows). Elements are grouped in chunks of 8: chunk c of a row holds
- * elements [8c, 8c + 8), a quarter of a Q8_0/Q4_0 block. */
+ * elements [8c, 8c + 8), a quarter of a Q8_0/Q4_0 block. The K-quant, IQ4 and Q4_1/Q5_x types
+ * (WT_Q4_1 and up) are decoded in op_quants.glsl. */
 #define WT_F32 0u
 #define WT_F16 1u
 #define WT_BF16 2u
@@ -22,6 +23,8 @@ uint ld32(uint b)
     if (s == 0u) return lo;
     return (lo >> s) | (wbuf[i + 1u] << (32u - s));
 }
+
+#include "op_quants.glsl"
 
 /* 2 bytes at an even byte offset b (never crosses a word). */
 uint ld16(uint b) { return (wbuf[b >> 2u] >> ((b & 2u) * 8u)) & 0xffffu; }
@@ -63,12 +66,14 @@ void load8(uint wt, uint rb, uint c, out vec4 lo, out vec4 hi)
         float d = unpackHalf2x16(ld32(bb) & 0xffffu).x;
         lo = q8x4(ld32(bb + 2u + 8u * p), d);
         hi = q8x4(ld32(bb + 6u + 8u * p), d);
-    } else { /* WT_Q4_0: quarter p = low nibbles of bytes 0-7, 8-15, then high nibbles of 0-7, 8-15 */
+    } else if (wt == WT_Q4_0) { /* quarter p = low nibbles of bytes 0-7, 8-15, then high nibbles of 0-7, 8-15 */
         uint bb = rb + 18u * (c >> 2u), p = c & 3u;
         float d = unpackHalf2x16(ld32(bb) & 0xffffu).x;
         uint q = bb + 2u + 8u * (p & 1u), sh = 4u * (p >> 1u);
         lo = q4x4(ld32(q), sh, d);
         hi = q4x4(ld32(q + 4u), sh, d);
+    } else {
+        load8_quant(wt, rb, c, lo, hi); /* op_quants.glsl */
     }
 }
 

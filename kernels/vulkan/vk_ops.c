@@ -27,7 +27,8 @@
 #include "spv_op_swiglu.h"
 
 /* Weight type codes of op_common.glsl (WT_*). */
-enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, N_WT };
+enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q5_0, WT_Q5_1, WT_IQ4_NL, WT_Q2_K, WT_Q3_K, WT_Q4_K,
+       WT_Q5_K, WT_Q6_K, WT_IQ4_XS, N_WT };
 
 #define ELT_WG 64u          /* invocations per workgroup of the element-wise shaders */
 #define ELT_PER_INV 4u      /* elements per invocation in op_add / op_swiglu */
@@ -203,9 +204,21 @@ static int wt_of(enum tensor_type t)
     case TENSOR_BF16: return WT_BF16;
     case TENSOR_Q8_0: return WT_Q8_0;
     case TENSOR_Q4_0: return WT_Q4_0;
+    case TENSOR_Q4_1: return WT_Q4_1;
+    case TENSOR_Q5_0: return WT_Q5_0;
+    case TENSOR_Q5_1: return WT_Q5_1;
+    case TENSOR_IQ4_NL: return WT_IQ4_NL;
+    case TENSOR_Q2_K: return WT_Q2_K;
+    case TENSOR_Q3_K: return WT_Q3_K;
+    case TENSOR_Q4_K: return WT_Q4_K;
+    case TENSOR_Q5_K: return WT_Q5_K;
+    case TENSOR_Q6_K: return WT_Q6_K;
+    case TENSOR_IQ4_XS: return WT_IQ4_XS;
     default: return -1;
     }
 }
+
+int vkb_type_supported(enum tensor_type t) { return wt_of(t) >= 0; }
 
 /* op_matmul_lanes.comp on CPU devices, unless $ATTND_VK_OPS_GPU_SHADERS=1 asks for the GPU
  * shaders (op_matvec/op_matmul.comp) there too: the tests use it to run them on lavapipe. */
@@ -240,7 +253,7 @@ attnd_status vkb_ops_prepare(struct vkb_ops *o, const enum tensor_type *types, i
     for (int i = 0; i < n_types; i++) {
         struct vkb_pipeline *p;
         const int wt = wt_of(types[i]);
-        if (cpu ? (st = pipe_lanes(o, wt, 0, 1, &p)) || (st = pipe_lanes(o, wt, 1, 1, &p))
+        if (cpu && wt <= WT_Q4_0 ? (st = pipe_lanes(o, wt, 0, 1, &p)) || (st = pipe_lanes(o, wt, 1, 1, &p))
                 : (st = pipe_matmul(o, wt, 0, &p)) || (st = pipe_matmul(o, wt, 1, &p)))
             return st;
     }
@@ -354,8 +367,9 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
         (bias && !fits(bias, bias_off, n_out, 4)))
         return ATTND_ERR_INVALID;
     if (n_in > MAX_N_IN) return ATTND_ERR_RANGE;
-    /* CPU devices: op_matmul_lanes.comp (tiny bindings, which it cannot read, excepted) */
-    const int lanes = use_lanes(o) && vkb_buffer_size(w) >= LANES_MIN_BYTES &&
+    /* CPU devices: op_matmul_lanes.comp (tiny bindings, which it cannot read, excepted); it stages
+     * F32..Q4_0 blocks only, the other types always take op_matvec/op_matmul.comp */
+    const int lanes = use_lanes(o) && wt <= WT_Q4_0 && vkb_buffer_size(w) >= LANES_MIN_BYTES &&
                       vkb_buffer_size(x) >= LANES_MIN_BYTES;
     const int tex = lanes && texel_ok(o, w) && texel_ok(o, x);
     const int tiled = n_tok > MATVEC_MAX_TOK, multi = n_tok > 1;

@@ -49,6 +49,9 @@ void vkb_ops_destroy(struct vkb_ops *ops); /* NULL: no-op */
  * forward step does not pay for shader compilation, and a pipeline that fails to build is
  * known at load time). types: n_types distinct tensor types used by the model's matrices. */
 attnd_status vkb_ops_prepare(struct vkb_ops *ops, const enum tensor_type *types, int n_types);
+/* 1 if the matmul and get_rows shaders decode weights of type t: F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS. */
+int vkb_type_supported(enum tensor_type t);
 
 /* dst[i, 0..d) = dequantised row idx[idx_off + i] of the table src (rows of d elements of type
  * `type`, row_bytes apart, starting at byte src_off), for i < n. Embedding lookup, and with an

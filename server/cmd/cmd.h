@@ -4,6 +4,7 @@
 #define ATTND_CMD_H
 
 int cmd_info(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -4,7 +4,9 @@
  *   {"version","alignment","data_offset","file_size",
  *    "kv":{key: scalar or string value, arrays as {"type": element type, "n": count}},
  *    "kv_types":{key: value type name},
- *    "tensors":[{"name","type","type_id","ne":[...],"offset" (absolute),"nbytes"}]}
+ *    "tensors":[{"name","type","type_id","ne":[...],"offset" (absolute),"nbytes"}],
+ *    "types":{type name: {"tensors": count, "bytes": total}}}
+ * The text form ends with the same per-type summary, so a user sees which quantization a file holds.
  * Integers are written as exact decimal literals (a u64 above 2^53 does not survive a double),
  * floats with 17 significant digits (NaN and infinities as null); strings are escaped byte by
  * byte, so NUL and control bytes survive. */
@@ -30,6 +32,35 @@ static void print_str(struct gguf_str s, size_t max)
     }
     if (s.len > max) printf("...");
     putchar('"');
+}
+
+/* Per tensor type: how many tensors and how many bytes (ids are < TENSOR_TYPE_MAX: the reader
+ * rejects unknown ones). */
+struct type_sum {
+    uint64_t count[TENSOR_TYPE_MAX], bytes[TENSOR_TYPE_MAX];
+};
+
+static void sum_types(const struct gguf *g, struct type_sum *ts)
+{
+    memset(ts, 0, sizeof *ts);
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        if (t->type >= TENSOR_TYPE_MAX) continue;
+        ts->count[t->type]++;
+        ts->bytes[t->type] += t->nbytes;
+    }
+}
+
+static void print_types(const struct gguf *g)
+{
+    struct type_sum ts;
+    sum_types(g, &ts);
+    printf("  types:");
+    for (int t = 0; t < TENSOR_TYPE_MAX; t++)
+        if (ts.count[t])
+            printf(" %s %" PRIu64 " tensors %.2f MB;", tensor_type_name((uint32_t)t), ts.count[t],
+                   (double)ts.bytes[t] / 1e6);
+    putchar('\n');
 }
 
 static int print_text(const struct gguf *g)
@@ -60,6 +91,7 @@ static int print_text(const struct gguf *g)
         for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%" PRIu64, d ? ", " : "", t->ne[d]);
         printf("] @%" PRIu64 " (%" PRIu64 " bytes)\n", t->offset, t->nbytes);
     }
+    print_types(g);
     return 0;
 }
 
@@ -169,6 +201,17 @@ static int print_json(const struct gguf *g)
         for (uint32_t d = 0; d < t->n_dims; d++) cJSON_AddItemToArray(ne, json_u64(t->ne[d]));
         cJSON_AddItemToObject(o, "offset", json_u64(t->offset));
         cJSON_AddItemToObject(o, "nbytes", json_u64(t->nbytes));
+    }
+    struct type_sum ts;
+    sum_types(g, &ts);
+    cJSON *types = cJSON_AddObjectToObject(root, "types");
+    if (!types) goto oom;
+    for (int t = 0; t < TENSOR_TYPE_MAX; t++) {
+        if (!ts.count[t]) continue;
+        cJSON *o = cJSON_AddObjectToObject(types, tensor_type_name((uint32_t)t));
+        if (!o) goto oom;
+        cJSON_AddItemToObject(o, "tensors", json_u64(ts.count[t]));
+        cJSON_AddItemToObject(o, "bytes", json_u64(ts.bytes[t]));
     }
     char *s = cJSON_Print(root);
     if (!s) goto oom;

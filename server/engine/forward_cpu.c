@@ -1,4 +1,4 @@
-/* forward_cpu.c - the llama/qwen2 transformer forward pass on the SIMD CPU kernels (the "cpu"
+/* forward_cpu.c - the llama/qwen2/qwen3 transformer forward pass on the SIMD CPU kernels (the "cpu"
  * backend of forward_backend.h).
  *
  * One step evaluates T tokens drawn from one or more sequences (prompt chunks and decode
@@ -7,6 +7,7 @@
  *   2. per layer:                                                                 attention_block()
  *        h = RMSNorm(x) * attn_norm
  *        q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv)          // (T, H*hd) (T, Hkv*hd) x2
+ *        (qwen3) per-head RMSNorm of q and k
  *        RoPE(q, k) at each token's position in its sequence
  *        k, v -> the paged KV cache (each sequence's block table)
  *        a = causal GQA FlashAttention-2 of q over each sequence's cache   // (T, H*hd)
@@ -243,6 +244,15 @@ static void rmsnorm(float *out, const float *x, const float *w, size_t n, float 
     for (size_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
+/* qwen3: RMSNorm of each of n_heads vectors (head_dim apart) with the per-head weights w; no-op
+ * when w is NULL. */
+static void head_norm(const struct fwd_cpu *c, float *v, int n_heads, const float *w)
+{
+    if (!w) return;
+    const size_t hd = (size_t)c->m->hp.head_dim;
+    for (int h = 0; h < n_heads; h++) rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, w, hd, c->m->hp.rms_eps);
+}
+
 /* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) at position pos. */
 static void rope(const struct fwd_cpu *c, float *v, int n_heads, int pos)
 {
@@ -339,7 +349,8 @@ static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
     }
 }
 
-/* RoPE on q and k at each token's position; k and v into the paged cache; the query probe. */
+/* (qwen3) the q/k head norms, then RoPE on q and k at each token's position; k and v into the
+ * paged cache; the query probe. */
 static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -347,6 +358,8 @@ static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
     const struct fwd_probe *pr = s->probe;
     for (int i = 0, t = 0; i < s->n_seqs; i++)
         for (int k = 0; k < s->seqs[i].n; k++, t++) {
+            head_norm(c, c->q + (size_t)t * nq, hp->n_head, c->m->layers[l].q_norm);
+            head_norm(c, c->k + (size_t)t * nkv, hp->n_head_kv, c->m->layers[l].k_norm);
             rope(c, c->q + (size_t)t * nq, hp->n_head, s->pos[t]);
             rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, s->pos[t]);
             kv_write(s->seqs[i].kv, l, (size_t)s->pos[t], c->k + (size_t)t * nkv, c->v + (size_t)t * nkv);

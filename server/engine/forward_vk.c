@@ -138,12 +138,42 @@ static int add_type(enum tensor_type *types, int n, enum tensor_type t)
     return n + 1;
 }
 
+/* The Vulkan shaders have no qwen3 q/k norm yet and decode only some weight types: anything else
+ * is refused here with its name (auto falls back to the CPU). */
+static attnd_status vk_model_supported(const struct model *m, char *why, size_t why_n)
+{
+    for (int l = 0; l <= m->hp.n_layer; l++) {
+        const struct model_weight *w[7] = {&m->tok_embd, &m->output};
+        int n = 2;
+        if (l < m->hp.n_layer) { /* the last round checks the embedding and output */
+            const struct model_layer *L = &m->layers[l];
+            if (L->q_norm || L->k_norm) {
+                snprintf(why, why_n, "the Vulkan backend does not run %s (per-head q/k norm) yet", m->hp.arch_name);
+                return ATTND_ERR_UNSUPPORTED;
+            }
+            const struct model_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            memcpy(w, lw, sizeof lw);
+            n = 7;
+        }
+        for (int i = 0; i < n; i++) {
+            enum tensor_type t = w[i]->type;
+            if (!vkb_type_supported(t)) {
+                snprintf(why, why_n, "the Vulkan backend does not run %s weights yet", tensor_type_name(t));
+                return ATTND_ERR_UNSUPPORTED;
+            }
+        }
+    }
+    return ATTND_OK;
+}
+
 /* Caller holds g_engines_lock. */
 static attnd_status engine_open(const struct model *m, int device_index, bool need_gpu, struct engine **out, char *why,
                                 size_t why_n)
 {
     struct vdev *vd;
-    attnd_status st = vdev_get(device_index, need_gpu, &vd, why, why_n);
+    attnd_status st = vk_model_supported(m, why, why_n);
+    if (st) return st;
+    st = vdev_get(device_index, need_gpu, &vd, why, why_n);
     if (st) return st;
     struct engine *e = calloc(1, sizeof *e);
     if (!e) return ATTND_ERR_NOMEM;

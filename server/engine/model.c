@@ -1,4 +1,4 @@
-/* model.c - binds a GGUF file's tensors to a llama/qwen2 model and loads the weights. */
+/* model.c - binds a GGUF file's tensors to a llama/qwen2/qwen3 model and loads the weights. */
 #include "attnd/model.h"
 
 #include <inttypes.h>
@@ -81,9 +81,12 @@ static attnd_status read_hparams(const struct gguf *g, struct model_hparams *hp,
     } else if (a.len == 5 && !memcmp(a.ptr, "qwen2", 5)) {
         hp->arch = MODEL_ARCH_QWEN2;
         hp->rope_neox = true;
+    } else if (a.len == 5 && !memcmp(a.ptr, "qwen3", 5)) {
+        hp->arch = MODEL_ARCH_QWEN3;
+        hp->rope_neox = true;
     } else {
         return errf(err, errlen, ATTND_ERR_UNSUPPORTED,
-                    "unsupported architecture '%.*s' (attnd runs 'llama' and 'qwen2')",
+                    "unsupported architecture '%.*s' (attnd runs 'llama', 'qwen2' and 'qwen3')",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     }
     memcpy(hp->arch_name, a.ptr, a.len);
@@ -114,6 +117,14 @@ static attnd_status read_hparams(const struct gguf *g, struct model_hparams *hp,
     if ((st = hp_float(g, ar, "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, &hp->rms_eps, err, errlen)) ||
         (st = hp_float(g, ar, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope_base, err, errlen)))
         return st;
+    /* Llama 3.1 scaling comes as rope_freqs.weight (bound below); any other scaling would be
+     * silently wrong logits, so it is refused */
+    char key[128];
+    struct gguf_str rs;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", ar);
+    if (gguf_get_str(g, key, &rs) == ATTND_OK && !(rs.len == 4 && !memcmp(rs.ptr, "none", 4)))
+        return errf(err, errlen, ATTND_ERR_UNSUPPORTED, "unsupported RoPE scaling type '%.*s' (%s)",
+                    (int)(rs.len > 64 ? 64 : rs.len), rs.ptr, key);
     return ATTND_OK;
 }
 
@@ -152,7 +163,7 @@ static void bind_weight(struct binder *b, struct model_weight *w, const char *na
     }
     if (!cpu_type_supported((enum tensor_type)t->type)) {
         b->st = errf(b->err, b->errlen, ATTND_ERR_UNSUPPORTED,
-                     "tensor '%s' has type %s; supported: f32, f16, bf16, q8_0, q4_0", name,
+                     "tensor '%s' has type %s; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs", name,
                      tensor_type_name(t->type));
         return;
     }
@@ -214,6 +225,9 @@ static void bind_all(struct binder *b)
         L->bq = bind_vec(b, NM("attn_q.bias"), nq, bias);
         L->bk = bind_vec(b, NM("attn_k.bias"), nkv, bias);
         L->bv = bind_vec(b, NM("attn_v.bias"), nkv, bias);
+        /* qwen3 normalises each head of q and k before RoPE */
+        L->q_norm = bind_vec(b, NM("attn_q_norm.weight"), hd, hp->arch == MODEL_ARCH_QWEN3);
+        L->k_norm = bind_vec(b, NM("attn_k_norm.weight"), hd, hp->arch == MODEL_ARCH_QWEN3);
         L->ffn_norm = bind_vec(b, NM("ffn_norm.weight"), d, true);
         bind_weight(b, &L->w_gate, NM("ffn_gate.weight"), d, ff, true);
         bind_weight(b, &L->w_up, NM("ffn_up.weight"), d, ff, true);

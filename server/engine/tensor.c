@@ -15,6 +15,7 @@ static const struct type_info g_types[TENSOR_TYPE_MAX] = {
     [TENSOR_Q2_K] = {"q2_k", 256, 84},  [TENSOR_Q3_K] = {"q3_k", 256, 110},
     [TENSOR_Q4_K] = {"q4_k", 256, 144}, [TENSOR_Q5_K] = {"q5_k", 256, 176},
     [TENSOR_Q6_K] = {"q6_k", 256, 210}, [TENSOR_Q8_K] = {"q8_k", 256, 292},
+    [TENSOR_IQ4_NL] = {"iq4_nl", 32, 18}, [TENSOR_IQ4_XS] = {"iq4_xs", 256, 136},
     [TENSOR_I8] = {"i8", 1, 1},         [TENSOR_I16] = {"i16", 1, 2},
     [TENSOR_I32] = {"i32", 1, 4},       [TENSOR_I64] = {"i64", 1, 8},
     [TENSOR_F64] = {"f64", 1, 8},       [TENSOR_BF16] = {"bf16", 1, 2},

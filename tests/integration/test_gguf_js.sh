@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_gguf_js.sh - an independent parser (@huggingface/gguf, Node) re-reads the GGUF files
-# attnd writes and the shared models, and must agree with `attnd info --json` on every key,
-# value, tensor, type and offset (tests/js/check_gguf.mjs). Every file mkmodel writes must also
+# attnd writes (mkmodel and quantize) and the shared models, and must agree with `attnd info --json` on every key,
+# value, tensor, type and offset (tests/js/check_gguf.mjs). Every file mkmodel or quantize writes must also
 # load and score.
 #   ATTND   attnd binary (default build/release/attnd)
 #   SHARED  shared test data folder (default ../shared)
@@ -57,10 +57,22 @@ for spec in \
   if mk "${args[@]}"; then made+=("$tmp/${args[0]}.gguf"); else fail=1; fi
 done
 
+# ---- files written by attnd quantize (they must also load and score, below) ---------------
+for preset in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+  qf="$tmp/quantized-$preset.gguf"
+  if "$ATTND" quantize "$SHARED/models/formats/pub-llama-k-f32.gguf" "$qf" --type "$preset" --threads 2 \
+    2>"$tmp/q-$preset.log"; then
+    made+=("$qf")
+  else
+    echo "FAIL attnd quantize --type $preset: $(tail -n 3 "$tmp/q-$preset.log")"
+    fail=1
+  fi
+done
+
 # ---- every file: both parsers agree ------------------------------------------------------
 files=("${made[@]}")
 shopt -s nullglob
-shared_models=("$SHARED"/models/*.gguf)
+shared_models=("$SHARED"/models/*.gguf "$SHARED"/models/formats/*.gguf)
 shopt -u nullglob
 if [ ${#shared_models[@]} -eq 0 ]; then
   echo "FAIL no models under $SHARED/models (set SHARED=...)"

@@ -31,7 +31,11 @@ function parseExactJson(text) {
 const VTYPES = ["u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"];
 const INT_TYPES = new Set(["u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64"]);
 // bits per weight of the types mkmodel and the shared models use (ggml's block layouts)
-const BPW = { f32: 32, f16: 16, bf16: 16, q8_0: (34 * 8) / 32, q4_0: (18 * 8) / 32, q4_1: (20 * 8) / 32 };
+const BPW = {
+  f32: 32, f16: 16, bf16: 16, q8_0: (34 * 8) / 32, q4_0: (18 * 8) / 32, q4_1: (20 * 8) / 32,
+  q5_0: (22 * 8) / 32, q5_1: (24 * 8) / 32, iq4_nl: (18 * 8) / 32, q2_k: (84 * 8) / 256, q3_k: (110 * 8) / 256,
+  q4_k: (144 * 8) / 256, q5_k: (176 * 8) / 256, q6_k: (210 * 8) / 256, iq4_xs: (136 * 8) / 256,
+};
 // keys the JS parser adds from the file header
 const HEADER_KEYS = new Set(["version", "tensor_count", "kv_count"]);
 

@@ -825,6 +825,29 @@ static void test_bad_headers(void)
     two[0] = 16, two[1] = 2;
     tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_Q4_0, 2, two, 0), data_section(&b, 32, 128);
     expect_bad(&b, ATTND_ERR_FORMAT, "block size", "q4_0 with ne0 = 16");
+    /* K-quants and IQ4: super-blocks of 256, a row of 128 or 288 is not whole blocks */
+    two[0] = 128, two[1] = 2;
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_Q4_K, 2, two, 0), data_section(&b, 32, 512);
+    expect_bad(&b, ATTND_ERR_FORMAT, "q4_k block size 256", "q4_k with ne0 = 128");
+    two[0] = 288, two[1] = 1;
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_IQ4_XS, 2, two, 0), data_section(&b, 32, 512);
+    expect_bad(&b, ATTND_ERR_FORMAT, "iq4_xs block size 256", "iq4_xs with ne0 = 288");
+    two[0] = 16, two[1] = 2;
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_Q5_1, 2, two, 0), data_section(&b, 32, 512);
+    expect_bad(&b, ATTND_ERR_FORMAT, "q5_1 block size 32", "q5_1 with ne0 = 16");
+    /* byte size from the shape vs the file: Q6_K [256, 2] is 420 bytes */
+    two[0] = 256, two[1] = 2;
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_Q6_K, 2, two, 0), data_section(&b, 32, 416);
+    expect_bad(&b, ATTND_ERR_FORMAT, "past the end", "q6_k data 4 bytes short");
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", TENSOR_Q6_K, 2, two, 0), data_section(&b, 32, 420);
+    expect_bad(&b, ATTND_OK, "", "q6_k data exactly 420 bytes (control)");
+    /* Q4_K [256, 1] is 144 bytes: a tensor at 128 overlaps it (an F32 reading would say 1024) */
+    one[0] = 256;
+    tensors_hdr(&b, 2), bb_tensor(&b, "t0", TENSOR_Q4_K, 1, one, 0), bb_tensor(&b, "t1", TENSOR_F32, 1, one, 128);
+    data_section(&b, 32, 2048);
+    expect_bad(&b, ATTND_ERR_FORMAT, "overlap", "q4_k tensor overlapping the next");
+    tensors_hdr(&b, 1), bb_tensor(&b, "t", 21, 1, one, 0), data_section(&b, 32, 1024); /* IQ3_S: not ours */
+    expect_bad(&b, ATTND_ERR_FORMAT, "unknown type id 21", "tensor type 21 (iq3_s)");
     one[0] = 32;
     tensors_hdr(&b, 1), bb_tensor(&b, "t", 99, 1, one, 0), data_section(&b, 32, 128);
     expect_bad(&b, ATTND_ERR_FORMAT, "unknown type id 99", "tensor type 99");

@@ -523,7 +523,11 @@ static void test_types(void)
     T_CHECK(cpu_type_supported(TENSOR_F32) && cpu_type_supported(TENSOR_F16) && cpu_type_supported(TENSOR_BF16) &&
                 cpu_type_supported(TENSOR_Q8_0) && cpu_type_supported(TENSOR_Q4_0),
             "supported types");
-    T_CHECK(!cpu_type_supported(TENSOR_Q4_K) && !cpu_type_supported(TENSOR_Q4_1) && !cpu_type_supported(TENSOR_I32),
+    /* the K-quants, IQ4 and Q4_1/Q5_x are tested in test_quants.c */
+    T_CHECK(cpu_type_supported(TENSOR_Q4_K) && cpu_type_supported(TENSOR_Q4_1) && cpu_vec_dot_type(TENSOR_Q4_K) == TENSOR_Q8_K &&
+                cpu_vec_dot_type(TENSOR_Q4_1) == TENSOR_Q8_0,
+            "quants.c types");
+    T_CHECK(!cpu_type_supported(TENSOR_Q8_K) && !cpu_type_supported(TENSOR_Q8_1) && !cpu_type_supported(TENSOR_I32),
             "unsupported types");
     T_CHECK(cpu_vec_dot_type(TENSOR_F16) == TENSOR_F32 && cpu_vec_dot_type(TENSOR_BF16) == TENSOR_F32 &&
                 cpu_vec_dot_type(TENSOR_F32) == TENSOR_F32,

@@ -1,6 +1,7 @@
 /* test_model.c - model loading and the weight types end to end.
  *  1. Files that are valid GGUF but not a model we run get a clear error naming the problem:
- *     another architecture, a missing or misshapen tensor, an unsupported tensor type, a bad
+ *     another architecture, a missing or misshapen tensor, an unsupported tensor type (q8_1), a
+ *     qwen3 file without its q/k norms, a RoPE scaling type we do not implement, a bad
  *     hyper-parameter, GQA heads that do not divide.
  *  2. `attnd mkmodel` writes the same seeded weights as f32, f16, bf16, q8_0 and q4_0; each
  *     loads, and its next-token log-probabilities stay within a per-type bound of the f32
@@ -36,7 +37,9 @@ struct tweak {
     int heads, kv_heads;
     const char *skip_tensor;   /* omit this tensor */
     const char *wrong_shape;   /* give this tensor a wrong shape */
-    const char *odd_type;      /* give this tensor type q4_k */
+    const char *odd_type;      /* give this tensor type q4_k (with a 256-wide row: a shape error) */
+    const char *odd_type2;     /* give this tensor type q8_1 (a known type the kernels do not run) */
+    const char *rope_scaling;  /* <arch>.rope.scaling.type */
 };
 
 static attnd_status build_and_load(const struct tweak *tw, char *err, size_t errlen)
@@ -54,6 +57,7 @@ static attnd_status build_and_load(const struct tweak *tw, char *err, size_t err
     gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)F);
     gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)(tw->heads ? tw->heads : 4));
     gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)(tw->kv_heads ? tw->kv_heads : 2));
+    if (tw->rope_scaling) gguf_writer_set_str(w, K("rope.scaling.type"), tw->rope_scaling, strlen(tw->rope_scaling));
 #undef K
     int H = tw->heads ? tw->heads : 4, KV = tw->kv_heads ? tw->kv_heads : 2;
     uint64_t hd = D / (uint64_t)H, nkv = hd * (uint64_t)KV;
@@ -70,6 +74,7 @@ static attnd_status build_and_load(const struct tweak *tw, char *err, size_t err
         if (tw->wrong_shape && !strcmp(tw->wrong_shape, ts[i].name)) ne[1] += 1;
         uint32_t type = tw->odd_type && !strcmp(tw->odd_type, ts[i].name) ? TENSOR_Q4_K : TENSOR_F32;
         if (type == TENSOR_Q4_K) ne[0] = 256;
+        if (tw->odd_type2 && !strcmp(tw->odd_type2, ts[i].name)) type = TENSOR_Q8_1;
         gguf_writer_add_tensor(w, ts[i].name, type, ts[i].n1 ? 2 : 1, ne);
     }
     char werr[256];
@@ -102,6 +107,10 @@ static void bad_models(void)
         {{.wrong_shape = "blk.0.ffn_down.weight"}, ATTND_ERR_FORMAT, "blk.0.ffn_down.weight"},
         {{.odd_type = "blk.0.attn_q.weight"}, ATTND_ERR_FORMAT, "attn_q"},
         {{.heads = 4, .kv_heads = 3}, ATTND_ERR_FORMAT, "key/value heads"},
+        {{.odd_type2 = "blk.0.ffn_up.weight"}, ATTND_ERR_UNSUPPORTED, "'blk.0.ffn_up.weight' has type q8_1"},
+        {{.arch = "qwen3"}, ATTND_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},
+        {{.rope_scaling = "yarn"}, ATTND_ERR_UNSUPPORTED, "RoPE scaling type 'yarn'"},
+        {{.rope_scaling = "none"}, ATTND_OK, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err[0] = 0;

@@ -748,7 +748,8 @@ static void test_bad_args(void)
 {
     struct vkb_buffer *b = mkbuf(NULL, 4096), *small = mkbuf(NULL, 64);
     begin();
-    T_CHECK(vkb_op_matmul(g_ops, TENSOR_Q4_1, b, 0, 20, 32, 4, b, 0, 1, NULL, 0, b, 0) == ATTND_ERR_INVALID, "Q4_1");
+    T_CHECK(vkb_op_matmul(g_ops, TENSOR_Q8_K, b, 0, 292, 256, 4, b, 0, 1, NULL, 0, b, 0) == ATTND_ERR_INVALID,
+            "Q8_K (an activation type the shaders do not decode)");
     T_CHECK(vkb_op_matmul(g_ops, TENSOR_Q8_0, b, 0, 34, 48, 4, b, 0, 1, NULL, 0, b, 0) == ATTND_ERR_INVALID,
             "n_in not a multiple of 32");
     T_CHECK(vkb_op_matmul(g_ops, TENSOR_F32, b, 0, 128, 32, 4, b, 0, 0, NULL, 0, b, 0) == ATTND_ERR_INVALID, "n_tok 0");
@@ -785,8 +786,8 @@ static void test_bad_args(void)
             "n_in past the shaders' loop budget");
     T_CHECK(vkb_op_rmsnorm(g_ops, big, 0, big, 0, big, 0, 1, (1u << 20) + 1, 1e-6f) == ATTND_ERR_INVALID,
             "rmsnorm row past the buffer");
-    enum tensor_type bad_t = TENSOR_Q6_K;
-    T_CHECK(vkb_ops_prepare(g_ops, &bad_t, 1) == ATTND_ERR_INVALID, "prepare Q6_K");
+    enum tensor_type bad_t = TENSOR_Q8_1;
+    T_CHECK(vkb_ops_prepare(g_ops, &bad_t, 1) == ATTND_ERR_INVALID, "prepare Q8_1");
     finish(ATTND_OK, NULL, "bad args (valid bias call)");
     rmbuf(b);
     rmbuf(small);
