@@ -155,11 +155,12 @@ static int store(const struct cli_opt *o, const char *flag, const char *v)
 
 int cli_parse(const struct cli_cmd *cmd, int argc, char **argv)
 {
+    int n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const struct cli_opt *o = find_opt(cmd->opts, a);
-        if (!o && cmd->positional && !*cmd->positional && a[0] != '-') {
-            *cmd->positional = a;
+        if (!o && a[0] != '-' && n_pos < (cmd->positional ? (cmd->n_positional > 0 ? cmd->n_positional : 1) : 0)) {
+            cmd->positional[n_pos++] = a;
             continue;
         }
         if (!o) {

@@ -48,7 +48,8 @@ struct cli_cmd {
     const char *usage;            /* the first --help line(s), after "usage: " */
     const struct cli_opt *opts;   /* ended by an entry of type CLI_END */
     const char *footer;           /* printed after the options, or NULL */
-    const char **positional;      /* where one argument not starting with '-' goes; NULL: none taken */
+    const char **positional;      /* where arguments not starting with '-' go, in order; NULL: none taken */
+    int n_positional;             /* how many slots positional has (0: one) */
 };
 
 /* cli_parse's "carry on" answer; any other value is the exit status the subcommand returns. */

@@ -1,15 +1,24 @@
 /* quantize.c - `attnd quantize IN.gguf OUT.gguf --type PRESET [--threads N]`: writes a quantized
  * copy of a model in the reference quantizer's per-tensor mixes (attnd/quantize.h). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "attnd/quantize.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
-#define USAGE "usage: attnd quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k [--threads N]\n"
+/* CLI_CUSTOM parser of --type (int *dest = enum quantize_preset). */
+static int parse_preset(const char *flag, const char *v, void *dest)
+{
+    enum quantize_preset p;
+    if (quantize_preset_parse(v, &p)) {
+        fprintf(stderr, "attnd: %s expects q8_0, q4_0, q4_k_m, q5_k_m or q6_k, got '%s'\n", flag, v);
+        return -1;
+    }
+    *(int *)dest = (int)p;
+    return 0;
+}
 
 /* One line per tensor on stderr. */
 static void progress(void *ud, int64_t i, int64_t n, const char *name, enum tensor_type from, enum tensor_type to)
@@ -21,37 +30,27 @@ static void progress(void *ud, int64_t i, int64_t n, const char *name, enum tens
 
 int cmd_quantize(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *type = NULL;
+    const char *paths[2] = {NULL, NULL};
+    int preset = -1;
     long threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf(USAGE);
-            return 0;
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
-            type = argv[++i];
-        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            char *end;
-            threads = strtol(argv[++i], &end, 10);
-            if (*end || threads < 1 || threads > 256) {
-                fprintf(stderr, "attnd quantize: --threads must be 1..256\n");
-                return 2;
-            }
-        } else if (argv[i][0] != '-' && !in) {
-            in = argv[i];
-        } else if (argv[i][0] != '-' && !out) {
-            out = argv[i];
-        } else {
-            fprintf(stderr, "attnd quantize: unexpected argument '%s'\n" USAGE, argv[i]);
-            return 2;
-        }
-    }
-    enum quantize_preset p;
-    if (!in || !out || !type) {
-        fprintf(stderr, USAGE);
-        return 2;
-    }
-    if (quantize_preset_parse(type, &p)) {
-        fprintf(stderr, "attnd quantize: unknown --type '%s'\n" USAGE, type);
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--type", NULL, CLI_CUSTOM, &preset, "PRESET",
+                 "q8_0, q4_0, q4_k_m, q5_k_m or q6_k: the reference quantizer's\nper-tensor mix to write (required)"),
+         .parse = parse_preset},
+        {CLI_OPT("--threads", NULL, CLI_LONG, &threads, "N", "worker threads (default: one per CPU)"),
+         CLI_RANGE(1, 256)},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {.name = "quantize",
+                                .usage = "attnd quantize IN.gguf OUT.gguf --type PRESET [--threads N]",
+                                .opts = opts,
+                                .positional = paths,
+                                .n_positional = 2};
+    int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed != CLI_GO) return parsed;
+    if (!paths[0] || !paths[1] || preset < 0) {
+        cli_usage(&cmd, stderr);
         return 2;
     }
     if (threads == 0) {
@@ -60,11 +59,12 @@ int cmd_quantize(int argc, char **argv)
     }
     cpu_kernels_init();
     char err[512];
-    attnd_status st = quantize_file(in, out, p, (int)threads, progress, NULL, err, sizeof err);
+    enum quantize_preset p = (enum quantize_preset)preset;
+    attnd_status st = quantize_file(paths[0], paths[1], p, (int)threads, progress, NULL, err, sizeof err);
     if (st) {
         fprintf(stderr, "attnd quantize: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "attnd quantize: wrote %s (%s)\n", out, quantize_preset_name(p));
+    fprintf(stderr, "attnd quantize: wrote %s (%s)\n", paths[1], quantize_preset_name(p));
     return 0;
 }
