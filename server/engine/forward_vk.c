@@ -138,8 +138,8 @@ static int add_type(enum tensor_type *types, int n, enum tensor_type t)
     return n + 1;
 }
 
-/* The Vulkan shaders have no qwen3 q/k norm yet and decode only some weight types: anything else
- * is refused here with its name (auto falls back to the CPU). */
+/* The Vulkan shaders decode only some weight types: anything else is refused here with its name
+ * (auto falls back to the CPU). */
 static attnd_status vk_model_supported(const struct model *m, char *why, size_t why_n)
 {
     for (int l = 0; l <= m->hp.n_layer; l++) {
@@ -147,10 +147,6 @@ static attnd_status vk_model_supported(const struct model *m, char *why, size_t 
         int n = 2;
         if (l < m->hp.n_layer) { /* the last round checks the embedding and output */
             const struct model_layer *L = &m->layers[l];
-            if (L->q_norm || L->k_norm) {
-                snprintf(why, why_n, "the Vulkan backend does not run %s (per-head q/k norm) yet", m->hp.arch_name);
-                return ATTND_ERR_UNSUPPORTED;
-            }
             const struct model_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             memcpy(w, lw, sizeof lw);
             n = 7;
@@ -459,6 +455,14 @@ static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_p
     TRY(MM(&L->wk, v->h, v->k, L->bk));
     TRY(MM(&L->wv, v->h, v->v, L->bv));
     vkb_barrier(d);
+    /* qwen3: RMSNorm of every head of q and of k (one head_dim weight shared by all heads) */
+    if (L->q_norm)
+        TRY(vkb_op_rmsnorm(o, v->q, 0, e->f32, f32_off(m, L->q_norm), v->q, 0, t * (uint32_t)hp->n_head,
+                           (uint32_t)hp->head_dim, hp->rms_eps));
+    if (L->k_norm)
+        TRY(vkb_op_rmsnorm(o, v->k, 0, e->f32, f32_off(m, L->k_norm), v->k, 0, t * (uint32_t)hp->n_head_kv,
+                           (uint32_t)hp->head_dim, hp->rms_eps));
+    if (L->q_norm || L->k_norm) vkb_barrier(d);
     TRY(vkb_op_rope(o, v->q, 0, v->cs, 0, t, (uint32_t)hp->n_head, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
                     hp->rope_neox));
     TRY(vkb_op_rope(o, v->k, 0, v->cs, 0, t, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,

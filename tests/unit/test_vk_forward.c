@@ -7,7 +7,7 @@
  *      softmax weights of every layer and head within 1e-4, the attention outputs within 1e-4.
  *   3. Batch invariance on the device: three sequences (a prompt chunk, a longer prompt, and a
  *      decode step over a cached prefix) in one fwd_eval_batch give the logits they give alone.
- *      Quantized files of $SHARED/golden/formats covering every K-quant, IQ4, Q4_1/Q5_x type
+ *      Files of $SHARED/golden/formats covering every K-quant, IQ4, Q4_1/Q5_x type and qwen3
  *      within 0.15 (their three text cases).
  *   4. Backend selection: FWD_BACKEND_AUTO does not pick a CPU Vulkan device (it falls back to the
  *      CPU kernels with a reason); a device index that does not exist is a clear error.
@@ -206,12 +206,14 @@ int main(int argc, char **argv)
     golden_run(FWD_BACKEND_VULKAN, NULL);
     fprintf(stderr, "[%.1f s] golden files\n", now_s() - t0);
     /* every weight type the shaders decode (Q2_K: q2_k/q3_k/q6_k, Q3_K_M: q4_k/q5_k, then one file
-     * per 32-block and IQ4 type; qwen3 is CPU-only), the three text cases of each (the 301-token
-     * case is left to the CPU test: lavapipe on 2 cores makes it minutes) */
-    static const char *const formats[] = {"pub-llama-k-Q2_K", "pub-llama-k-Q3_K_M", "pub-llama-k-Q4_1",
-                                          "pub-llama-k-Q5_0", "pub-llama-k-Q5_1",   "pub-llama-k-IQ4_NL",
-                                          "pub-llama-k-IQ4_XS", NULL};
-    T_CHECK(golden_run_in(FWD_BACKEND_VULKAN, "formats", formats, 3) == 7, "the 7 quantized format models");
+     * per 32-block and IQ4 type), and qwen3 (per-head q/k norms, head_dim != n_embd / n_head) in
+     * F32 and Q4_K_M; the three text cases of each (the 301-token case is left to the CPU test:
+     * lavapipe on 2 cores makes it minutes) */
+    static const char *const formats[] = {"pub-llama-k-Q2_K",   "pub-llama-k-Q3_K_M", "pub-llama-k-Q4_1",
+                                          "pub-llama-k-Q5_0",   "pub-llama-k-Q5_1",   "pub-llama-k-IQ4_NL",
+                                          "pub-llama-k-IQ4_XS", "pub-qwen3-f32",      "pub-qwen3-Q4_K_M",
+                                          NULL};
+    T_CHECK(golden_run_in(FWD_BACKEND_VULKAN, "formats", formats, 3) == 9, "the 9 format models");
     fprintf(stderr, "[%.1f s] golden format files\n", now_s() - t0);
     return t_finish("test_vk_forward");
 }
