@@ -164,7 +164,7 @@ int cli_parse(const struct cli_cmd *cmd, int argc, char **argv)
             continue;
         }
         if (!o) {
-            fprintf(stderr, "attnd %s: unknown option '%s'\n", cmd->name, a);
+            fprintf(stderr, "attnd %s: %s '%s'\n", cmd->name, a[0] == '-' ? "unknown option" : "unexpected argument", a);
             cli_usage(cmd, stderr);
             return 2;
         }
