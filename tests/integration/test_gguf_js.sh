@@ -68,6 +68,17 @@ for preset in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
     fail=1
   fi
 done
+# the command line (the CLI table): --help from the table; a bad preset, a missing OUT, a
+# surplus argument and --threads out of range are refused with status 2 and write nothing
+"$ATTND" quantize --help | grep -- '--type PRESET' >/dev/null || { echo "FAIL attnd quantize --help lacks --type"; fail=1; }
+src="$SHARED/models/formats/pub-llama-k-f32.gguf"
+for bad in "$src $tmp/bad.gguf --type q3_x" "$src --type q8_0" "$src $tmp/bad.gguf extra --type q8_0" \
+  "$src $tmp/bad.gguf --type q8_0 --threads 0"; do
+  read -r -a args <<<"$bad"
+  rc=0
+  "$ATTND" quantize "${args[@]}" 2>/dev/null || rc=$?
+  if [ "$rc" != 2 ] || [ -e "$tmp/bad.gguf" ]; then echo "FAIL attnd quantize $bad: status $rc"; fail=1; fi
+done
 
 # ---- every file: both parsers agree ------------------------------------------------------
 files=("${made[@]}")
