@@ -5,6 +5,8 @@
 #   deploy/install-deps.sh runtime  only what the daemon needs at run time (+ curl for health checks)
 #   deploy/install-deps.sh build    build + test packages without Node.js and chromium (the Dockerfile's
 #                                   build stage: it only compiles)
+#   deploy/install-deps.sh train    what `make model` needs to retrain models/kjv.gguf (PyTorch, SentencePiece,
+#                                   the KJV text); `make test` does not need it
 set -eu
 mode=${1:-all}
 
@@ -13,10 +15,14 @@ build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev li
 libvulkan-dev glslang-tools vulkan-validationlayers vulkan-tools mesa-vulkan-drivers \
 python3 python3-yaml python3-requests curl"
 
+# libopenblas0-pthread: without it Debian's torch multiplies matrices with the reference BLAS (~25x slower)
+train="python3-torch python3-sentencepiece python3-numpy python3-matplotlib libopenblas0-pthread bible-kjv bible-kjv-text"
+
 case "$mode" in
   runtime) pkgs=$runtime ;;
+  train) pkgs=$train ;;
   build|all) pkgs="$runtime $build" ;;
-  *) echo "usage: $0 [all|build|runtime]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|build|runtime|train]" >&2; exit 2 ;;
 esac
 
 missing=""

@@ -17,6 +17,7 @@ static const struct subcommand g_cmds[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
+    {"heads", cmd_heads, "print the head census: previous-token, induction, sink, self scores per head"},
 
 
 };

@@ -34,6 +34,7 @@ enum api_route {
     API_ROUTE_METRICS,
     API_ROUTE_LOGIT_LENS,
     API_ROUTE_WEB,       /* the playground page and its files (web.c) */
+    API_ROUTE_HEADS,     /* the head census (heads.c) */
     API_ROUTE_COUNT
 };
 

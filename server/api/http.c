@@ -32,6 +32,7 @@
 #include "server/api/errors.h"
 #include "server/api/generate.h"
 #include "server/api/logit_lens.h"
+#include "server/api/heads.h"
 #include "server/api/metrics.h"
 #include "server/api/web.h"
 
@@ -245,6 +246,7 @@ static const struct route g_routes[] = {
     {"/attention", API_ROUTE_ATTENTION, "GET, HEAD", false},
     {"/metrics", API_ROUTE_METRICS, "GET, HEAD", false},
     {"/logit_lens", API_ROUTE_LOGIT_LENS, "GET, HEAD", false},
+    {"/heads", API_ROUTE_HEADS, "GET, HEAD", false},
     {"/", API_ROUTE_WEB, "GET, HEAD", true}, /* static files, no secrets: the page asks for the key */
 };
 
@@ -423,6 +425,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     case API_ROUTE_ATTENTION: return api_attention(c);
     case API_ROUTE_METRICS: return metrics_route(c);
     case API_ROUTE_LOGIT_LENS: return api_logit_lens(c);
+    case API_ROUTE_HEADS: return api_heads(c);
     case API_ROUTE_WEB: return api_web(c);
     default: return api_error(c, 404, "no route %s", c->path);
     }
