@@ -15,19 +15,19 @@ import tempfile
 from attnd_daemon import ATTND, Checker, Daemon
 
 c = Checker("test_heads")
-KJV = "models/kjv.gguf"
+KJV = os.environ.get("KJV_MODEL", "models/kjv.gguf")
 TOL = 1e-3
 KEYS = ("previous_token", "induction", "first_token", "self", "entropy")
 
 
 def weights(d, ids, layer, head, cache):
     if "gen" not in cache:
-        cache["gen"] = d.generate(prompt=ids, max_tokens=0)["id"]
+        cache["gen"] = d.generate(prompt=ids, max_tokens=1, temperature=0, ignore_eos=True)["id"]
     r = d.get(f"/attention?layer={layer}&head={head}&id={cache['gen']}")
     assert r.status_code == 200, r.text[:300]
     w = r.json()["weights"]
-    assert len(w) == len(ids), (len(w), len(ids))
-    return w
+    assert len(w) == len(ids) + 1, (len(w), len(ids))
+    return w[:len(ids)]  # causal: the generated token's row changes none of the probe's rows
 
 
 def text_scores(w):

@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 ATTND = os.environ.get("ATTND", "build/release/attnd")
-MODEL = "models/kjv.gguf"
-GOLD = "tests/golden"
+MODEL = os.environ.get("KJV_MODEL", "models/kjv.gguf")
+GOLD = os.environ.get("KJV_GOLDEN", "tests/golden")
 TOL = 1e-3
 failures = checks = 0
 

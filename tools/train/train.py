@@ -295,6 +295,8 @@ def plot(log, path):
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].plot([e["tokens"] / 1e6 for e in tr], [e["loss"] for e in tr], lw=0.6, label="train (mixed)")
     ax[0].plot([e["tokens"] / 1e6 for e in ev], [e["held_loss"] for e in ev], "o-", ms=3, label="held-out text")
+    ax[0].plot([e["tokens"] / 1e6 for e in ev], [e["rep_first"] for e in ev], ":", lw=1,
+               label="held-out, 1st copy of a span")
     ax[0].plot([e["tokens"] / 1e6 for e in ev], [e["rep_second"] for e in ev], "s-", ms=3,
                label="held-out, 2nd copy of a span")
     ax[0].set_xlabel("tokens seen (M)"); ax[0].set_ylabel("loss (nats/token)"); ax[0].legend(); ax[0].grid(alpha=.3)
