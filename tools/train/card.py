@@ -72,10 +72,20 @@ def main():
              "thread(s). %d steps, %.2f M tokens seen (%.1f passes over the %.2f M training tokens, synthetic "
              "ones included), %.1f minutes, %.0f tokens/s on this machine while seven other engineers built and "
              "tested on the same 2 cores (the issue's 4.7 k tokens/s was a quiet machine). Reproduce with "
-             "`make model TRAIN_ARGS='--steps %d'` (deterministic for a seed, step count and thread count)."
+             "`make model TRAIN_ARGS='--steps %d'` (phase 1; deterministic for a seed, step count and thread count)."
              % (args["lr"], args["warmup"], args["batch"], cfg["ctx"], args["seed"], args["threads"], info["steps"],
                 info["tokens_seen"] / 1e6, info["tokens_seen"] / info["train_tokens"], info["train_tokens"] / 1e6,
-                info["train_seconds"] / 60, info["tokens_per_second"], info["steps"]))
+                info["train_seconds"] / 60, info["tokens_per_second"], info.get("phase1", info)["steps"]))
+    if "phase2" in info:
+        p1, p2 = info["phase1"], info["phase2"]
+        a2 = p2["args"]
+        s.append("\nTwo phases: the run above (%d steps, %.2f M tokens, %.1f min) and then a copying phase from its "
+                 "weights: %d steps of batch %d x %d, peak learning rate %g (%d warm-up steps), random-repeat "
+                 "share %.0f %% throughout, %.2f M tokens, %.1f min%s. `make model` runs both."
+                 % (p1["steps"], p1["tokens_seen"] / 1e6, p1["train_seconds"] / 60, p2["steps"], a2["batch"],
+                    cfg["ctx"], a2["lr"], a2["warmup"], 100 * a2["syn_start"], p2["tokens_seen"] / 1e6,
+                    p2["train_seconds"] / 60, ", stopped once an eval found induction >= %g and previous-token >= "
+                    "0.5" % a2["stop_induction"] if a2.get("stop_induction") else ""))
     s.append("\n![loss curve and head scores](kjv-loss.png)\n")
     s.append("## Results\n")
     s.append("| | |\n|---|---|\n| held-out loss | %.3f nats/token |\n| held-out bits per byte | %.3f |\n"

@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
+import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
@@ -61,6 +62,10 @@ def parse_args():
     p.add_argument("--no-export", action="store_true")
     p.add_argument("--export-only", action="store_true", help="re-export WORK/kjv.pt (no training)")
     p.add_argument("--max-over", type=float, default=1.3, help="stop at this multiple of --minutes")
+    p.add_argument("--tokenizer", default="", help="use this SentencePiece model instead of training one")
+    p.add_argument("--init", default="", help="phase 2: start from this checkpoint (a phase-1 kjv.pt)")
+    p.add_argument("--stop-induction", type=float, default=0.0,
+                   help="stop once an eval finds induction >= this and previous-token >= 0.5 (0: never)")
     return p.parse_args()
 
 
@@ -318,7 +323,9 @@ def main():
     t0 = time.time()
     chapters = corpus.read_chapters()
     train_ch, held = corpus.split(chapters)
-    sp = corpus.train_tokenizer(train_ch, args.work)
+    os.makedirs(args.work, exist_ok=True)
+    sp = (spm.SentencePieceProcessor(model_file=args.tokenizer) if args.tokenizer
+          else corpus.train_tokenizer(train_ch, args.work))
     train_ids = encode_chapters(sp, train_ch)
     held_ids = encode_chapters(sp, held)
     stream = np.concatenate(train_ids)
@@ -339,7 +346,11 @@ def main():
         model.load_state_dict(ck["model"])
         write_outputs(args, model, sp, held, held_ids, chapters, ck["log"], ck["info"])
         return
-    log, tokens, t_loop, step = [], 0, time.time(), 0
+    prior = torch.load(args.init) if args.init else None
+    if prior:
+        model.load_state_dict(prior["model"])
+    p_steps, p_tokens = (prior["info"]["steps"], prior["info"]["tokens_seen"]) if prior else (0, 0)
+    log, tokens, t_loop, step = (list(prior["log"]) if prior else []), 0, time.time(), 0
     while step < total:
         syn = syn_share(step, total, args.syn_start, args.syn_end) if args.steps or step >= 20 else args.syn_start
         lr = lr_at(step, total, args.lr, args.warmup)
@@ -363,20 +374,33 @@ def main():
             eta = (total - step) * el / step
             print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
                   % (step, total, loss.item(), lr, syn, tps, tokens / 1e6, eta / 60), flush=True)
-            log.append({"kind": "train", "step": step, "tokens": tokens, "loss": loss.item(), "time": el})
+            log.append({"kind": "train", "step": p_steps + step, "tokens": p_tokens + tokens, "loss": loss.item(),
+                        "time": el, "phase": 2 if prior else 1})
         if not args.steps and el > args.max_over * args.minutes * 60 and step < total:
             print("over the time budget: stopping at step %d of %d" % (step, total), flush=True)
             total = step
         if step % args.eval_every == 0 or step == total:
             r = probe.run(model)
-            r.update(kind="eval", step=step, tokens=tokens, time=time.time() - t_loop)
+            r.update(kind="eval", step=p_steps + step, tokens=p_tokens + tokens, time=time.time() - t_loop,
+                     phase=2 if prior else 1)
             log.append(r)
             print("eval  %5d  held-out %.4f  span 1st %.3f 2nd %.3f  prev-token %.3f  induction %.3f"
                   % (step, r["held_loss"], r["rep_first"], r["rep_second"], r["prev_max"], r["ind_max"]), flush=True)
+            if args.stop_induction and r["ind_max"] >= args.stop_induction and r["prev_max"] >= 0.5 and step < total:
+                print("the copying circuit is there: stopping at step %d" % step, flush=True)
+                total = step
     wall = time.time() - t_loop
     info = {"steps": step, "tokens_seen": tokens, "train_seconds": wall, "tokens_per_second": tokens / wall,
             "params": n_params(model), "config": cfg.__dict__, "args": vars(args),
             "train_tokens": int(len(stream)), "held_out_chapters": [r for r, _ in held]}
+    if prior:  # totals over both phases; each phase's own numbers kept
+        pi = prior["info"]
+        info.update(phase1={k: pi[k] for k in ("steps", "tokens_seen", "train_seconds", "tokens_per_second", "args")},
+                    phase2={"steps": step, "tokens_seen": tokens, "train_seconds": wall, "args": vars(args)},
+                    steps=pi["steps"] + step, tokens_seen=pi["tokens_seen"] + tokens,
+                    train_seconds=pi["train_seconds"] + wall,
+                    tokens_per_second=(pi["tokens_seen"] + tokens) / (pi["train_seconds"] + wall),
+                    args=pi["args"])
     print("trained %d steps, %d tokens in %.1f min (%.0f tok/s)" % (step, tokens, wall / 60, tokens / wall),
           flush=True)
     torch.save({"model": model.state_dict(), "log": log, "info": info}, os.path.join(args.work, "kjv.pt"))
