@@ -252,7 +252,8 @@ def round_to_f16(model):
                 p.copy_(p.half().float())
 
 
-def write_outputs(args, model, sp, held, held_ids, chapters, log, info):
+def write_outputs(args, model, data, log, info):
+    sp, held, held_ids, chapters = data.sp, data.held, data.held_ids, data.chapters
     os.makedirs(args.out, exist_ok=True)
     round_to_f16(model)
     ho_loss, bpb, ntok, nbytes = bits_per_byte(model, held_ids, held, sp.bos_id(), model.cfg.ctx)
@@ -315,42 +316,35 @@ def plot(log, path):
 
 # ---------------------------------------------------------------- main
 
-def main():
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = np.random.RandomState(args.seed)
-    t0 = time.time()
-    chapters = corpus.read_chapters()
-    train_ch, held = corpus.split(chapters)
-    os.makedirs(args.work, exist_ok=True)
-    sp = (spm.SentencePieceProcessor(model_file=args.tokenizer) if args.tokenizer
-          else corpus.train_tokenizer(train_ch, args.work))
-    train_ids = encode_chapters(sp, train_ch)
-    held_ids = encode_chapters(sp, held)
-    stream = np.concatenate(train_ids)
-    print("corpus: %d chapters (%d held out), %d training tokens, tokenizer %.1fs"
-          % (len(chapters), len(held), len(stream), time.time() - t0), flush=True)
-    cfg = Config(vocab=sp.get_piece_size(), dim=args.dim, n_layer=args.layers, ffn=args.ffn, ctx=args.ctx)
-    model = Llama(cfg)
-    print("model: %d parameters, %s" % (n_params(model), cfg), flush=True)
+class Data:
+    """The corpus split, the tokenizer and the token streams of one run."""
+
+    def __init__(self, args):
+        t0 = time.time()
+        self.chapters = corpus.read_chapters()
+        self.train_ch, self.held = corpus.split(self.chapters)
+        os.makedirs(args.work, exist_ok=True)
+        self.sp = (spm.SentencePieceProcessor(model_file=args.tokenizer) if args.tokenizer
+                   else corpus.train_tokenizer(self.train_ch, args.work))
+        self.held_ids = encode_chapters(self.sp, self.held)
+        self.stream = np.concatenate(encode_chapters(self.sp, self.train_ch))
+        print("corpus: %d chapters (%d held out), %d training tokens, tokenizer %.1fs"
+              % (len(self.chapters), len(self.held), len(self.stream), time.time() - t0), flush=True)
+
+
+def train_loop(args, model, data, prior, rng):
+    """Runs the optimisation; returns (log, steps, tokens, seconds) of this phase."""
+    cfg = model.cfg
     decay = [p for p in model.parameters() if p.ndim == 2]
     other = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-    sampler = Sampler(stream, sp.bos_id(), cfg.vocab, cfg.ctx, rng)
-    probe = Probe(held_ids, sp.bos_id(), cfg.vocab, cfg.ctx, args.seed)
-    total = args.steps or 10 ** 9
-    if args.export_only:
-        ck = torch.load(os.path.join(args.work, "kjv.pt"))
-        model.load_state_dict(ck["model"])
-        write_outputs(args, model, sp, held, held_ids, chapters, ck["log"], ck["info"])
-        return
-    prior = torch.load(args.init) if args.init else None
-    if prior:
-        model.load_state_dict(prior["model"])
+    sampler = Sampler(data.stream, data.sp.bos_id(), cfg.vocab, cfg.ctx, rng)
+    probe = Probe(data.held_ids, data.sp.bos_id(), cfg.vocab, cfg.ctx, args.seed)
     p_steps, p_tokens = (prior["info"]["steps"], prior["info"]["tokens_seen"]) if prior else (0, 0)
+    phase = 2 if prior else 1
     log, tokens, t_loop, step = (list(prior["log"]) if prior else []), 0, time.time(), 0
+    total = args.steps or 10 ** 9
     while step < total:
         syn = syn_share(step, total, args.syn_start, args.syn_end) if args.steps or step >= 20 else args.syn_start
         lr = lr_at(step, total, args.lr, args.warmup)
@@ -370,29 +364,30 @@ def main():
             print("sizing: %.2f s/step -> %d steps for %.0f min (reproduce with --steps %d)"
                   % (el / 20, total, args.minutes, total), flush=True)
         if step % 10 == 0 or step == total or step <= 5:
-            tps = tokens / el
-            eta = (total - step) * el / step
             print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
-                  % (step, total, loss.item(), lr, syn, tps, tokens / 1e6, eta / 60), flush=True)
+                  % (step, total, loss.item(), lr, syn, tokens / el, tokens / 1e6, (total - step) * el / step / 60),
+                  flush=True)
             log.append({"kind": "train", "step": p_steps + step, "tokens": p_tokens + tokens, "loss": loss.item(),
-                        "time": el, "phase": 2 if prior else 1})
+                        "time": el, "phase": phase})
         if not args.steps and el > args.max_over * args.minutes * 60 and step < total:
             print("over the time budget: stopping at step %d of %d" % (step, total), flush=True)
             total = step
         if step % args.eval_every == 0 or step == total:
             r = probe.run(model)
-            r.update(kind="eval", step=p_steps + step, tokens=p_tokens + tokens, time=time.time() - t_loop,
-                     phase=2 if prior else 1)
+            r.update(kind="eval", step=p_steps + step, tokens=p_tokens + tokens, time=time.time() - t_loop, phase=phase)
             log.append(r)
             print("eval  %5d  held-out %.4f  span 1st %.3f 2nd %.3f  prev-token %.3f  induction %.3f"
                   % (step, r["held_loss"], r["rep_first"], r["rep_second"], r["prev_max"], r["ind_max"]), flush=True)
             if args.stop_induction and r["ind_max"] >= args.stop_induction and r["prev_max"] >= 0.5 and step < total:
                 print("the copying circuit is there: stopping at step %d" % step, flush=True)
                 total = step
-    wall = time.time() - t_loop
+    return log, step, tokens, time.time() - t_loop
+
+
+def run_info(args, model, data, prior, step, tokens, wall):
     info = {"steps": step, "tokens_seen": tokens, "train_seconds": wall, "tokens_per_second": tokens / wall,
-            "params": n_params(model), "config": cfg.__dict__, "args": vars(args),
-            "train_tokens": int(len(stream)), "held_out_chapters": [r for r, _ in held]}
+            "params": n_params(model), "config": model.cfg.__dict__, "args": vars(args),
+            "train_tokens": int(len(data.stream)), "held_out_chapters": [r for r, _ in data.held]}
     if prior:  # totals over both phases; each phase's own numbers kept
         pi = prior["info"]
         info.update(phase1={k: pi[k] for k in ("steps", "tokens_seen", "train_seconds", "tokens_per_second", "args")},
@@ -401,11 +396,34 @@ def main():
                     train_seconds=pi["train_seconds"] + wall,
                     tokens_per_second=(pi["tokens_seen"] + tokens) / (pi["train_seconds"] + wall),
                     args=pi["args"])
+    return info
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.RandomState(args.seed)
+    t0 = time.time()
+    data = Data(args)
+    cfg = Config(vocab=data.sp.get_piece_size(), dim=args.dim, n_layer=args.layers, ffn=args.ffn, ctx=args.ctx)
+    model = Llama(cfg)
+    print("model: %d parameters, %s" % (n_params(model), cfg), flush=True)
+    if args.export_only:
+        ck = torch.load(os.path.join(args.work, "kjv.pt"))
+        model.load_state_dict(ck["model"])
+        write_outputs(args, model, data, ck["log"], ck["info"])
+        return
+    prior = torch.load(args.init) if args.init else None
+    if prior:
+        model.load_state_dict(prior["model"])
+    log, step, tokens, wall = train_loop(args, model, data, prior, rng)
+    info = run_info(args, model, data, prior, step, tokens, wall)
     print("trained %d steps, %d tokens in %.1f min (%.0f tok/s)" % (step, tokens, wall / 60, tokens / wall),
           flush=True)
     torch.save({"model": model.state_dict(), "log": log, "info": info}, os.path.join(args.work, "kjv.pt"))
     if not args.no_export:
-        write_outputs(args, model, sp, held, held_ids, chapters, log, info)
+        write_outputs(args, model, data, log, info)
     print("total %.1f min" % ((time.time() - t0) / 60), flush=True)
 
 
