@@ -13,8 +13,8 @@
 
 #include "attnd/census.h"
 #include "attnd/model.h"
-#include "server/api/attention.h"
 #include "server/api/errors.h"
+#include "server/api/query.h"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -67,7 +67,7 @@ enum MHD_Result api_heads(struct api_conn *c)
     enum MHD_Result ret;
     if (!api_query_read(c, names, val, &ret)) return ret;
     struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
+    if (!api_engine_acquire(c->srv, &e)) return api_error_retry(c, 503, "no model is loaded");
     attnd_status st = ATTND_OK;
     size_t len = 0;
     pthread_mutex_lock(&g_mu);
@@ -75,8 +75,7 @@ enum MHD_Result api_heads(struct api_conn *c)
     pthread_mutex_unlock(&g_mu);
     api_engine_release(c->srv);
     if (!body) {
-        if (st == ATTND_ERR_NOMEM) return api_error_hdr(c, 503, "Retry-After", "1", "out of memory for the census");
-        return api_error(c, 500, "head census failed: %s", attnd_status_str(st));
+        return api_error_retry(c, st == ATTND_ERR_NOMEM ? 503 : 500, "head census failed: %s", attnd_status_str(st));
     }
     return api_respond(c, 200, "application/json", body, len, NULL);
 }
