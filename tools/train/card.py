@@ -69,7 +69,8 @@ def main():
     s.append("\n## Training\n")
     s.append("AdamW (β = 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate %g after %d warm-up "
              "steps, cosine decay to a tenth, gradient clipping at 1, batch %d x %d tokens, seed %d, %d torch "
-             "thread(s). %d steps, %.2f M tokens seen (%.1f passes over the %.2f M training tokens, synthetic "
+             "thread(s) (on the loaded machine two threads were slower: OpenMP's and OpenBLAS's workers spin "
+             "while descheduled, 4.3 s of CPU per step against 0.75 s with one). %d steps, %.2f M tokens seen (%.1f passes over the %.2f M training tokens, synthetic "
              "ones included), %.1f minutes, %.0f tokens/s on this machine while seven other engineers built and "
              "tested on the same 2 cores (the issue's 4.7 k tokens/s was a quiet machine). Reproduce with "
              "`make model TRAIN_ARGS='--steps %d'` (phase 1; deterministic for a seed, step count and thread count)."
