@@ -3,8 +3,8 @@
 //
 // Data flow: POST /v1/generate (SSE) -> the finished request's id -> GET /attention?id&layer&head
 // (heatmap, head grid, token strip) and GET /logit_lens?id&pos (lens table). GET /heads (the head
-// census) fills the layer x head grid; when it finds an induction head the page opens on it with
-// a prompt that repeats a phrase (REPEAT_PROMPT), generated greedily.
+// census) fills the layer x head grid; the page opens on the strongest induction head (else the
+// strongest previous-token head) with a prompt that repeats a phrase (REPEAT_PROMPT), greedily.
 // Elements carry data-* attributes describing what they show (ids, positions, weights), which
 // the browser test (tests/browser/test_playground.mjs) reads back.
 'use strict';
@@ -567,7 +567,7 @@
     $('census-note').textContent = `· strongest induction L${bi.layer} H${bi.head} ${bi.score.toFixed(2)}, ` +
       `previous-token L${bp.layer} H${bp.head} ${bp.score.toFixed(2)}`;
     Object.assign(grid.dataset, { ready: '1', bestLayer: String(bi.layer), bestHead: String(bi.head),
-      bestInduction: String(bi.score) });
+      bestInduction: String(bi.score), prevLayer: String(bp.layer), prevHead: String(bp.head) });
     markCensusActive();
   }
 
@@ -581,13 +581,16 @@
       return;
     }
     drawCensus(c);
-    // open on the strongest induction head, showing it at work on a repeated phrase
-    const bi = c.best.induction;
-    if (bi.score >= c.role_min && !state.reqId && !state.generating) {
+    // open on the strongest induction head (or, when the model has none, the strongest
+    // previous-token head), showing it at work on a repeated phrase
+    const bi = c.best.induction, bp = c.best.previous_token;
+    const open = bi.score >= c.role_min ? bi : bp.score >= c.role_min ? bp : null;
+    if (open && !state.reqId && !state.generating) {
+      $('census-grid').dataset.open = open === bi ? 'induction' : 'previous-token';
       $('prompt').value = REPEAT_PROMPT;
       $('temperature').value = '0';
       $('max_tokens').value = '8';
-      selectLayerHead(bi.layer, bi.head);
+      selectLayerHead(open.layer, open.head);
       $('gen-form').requestSubmit();
     }
   }

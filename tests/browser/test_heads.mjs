@@ -2,7 +2,9 @@
 // the layer x head grid matches GET /heads, the page opens on the strongest induction head with
 // a prompt that repeats a phrase, and after clicking that head in the grid the heatmap's
 // brightest cell in each row of the phrase's second copy is the column of the token after the
-// earlier occurrence (read from the canvas pixels). Started by tests/integration/test_playground.sh.
+// earlier occurrence (read from the canvas pixels). A model without an induction head (census
+// score under role_min) opens on its strongest previous-token head instead, and then the
+// brightest cell of each row must be the previous token. Started by tests/integration/test_playground.sh.
 //   node test_heads.mjs BASE_URL OUT_DIR [SHOT.png]
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -34,7 +36,10 @@ function copyRows(ids) {
 let session;
 try {
   const census = (await apiAt(base, '/heads')).json;
-  const best = census.best.induction;
+  const induction = census.best.induction.score >= census.role_min;
+  const best = induction ? census.best.induction : census.best.previous_token;
+  console.log(`opens on the strongest ${induction ? 'induction' : 'previous-token'} head L${best.layer} H${best.head} ` +
+    `(${best.score.toFixed(3)}; strongest induction ${census.best.induction.score.toFixed(3)})`);
   session = await openBrowser(base);
   const { page, pageErrors, foreign } = session;
   await page.goto(base + '/');
@@ -43,15 +48,18 @@ try {
   check(cells === census.n_layer * census.n_head, `${cells} census cells for ${census.n_layer} x ${census.n_head} heads`);
   const label = await page.getAttribute(`#census-grid td[data-layer="${best.layer}"][data-head="${best.head}"]`, 'data-label');
   check(label === census.heads[best.layer * census.n_head + best.head].label, `cell label ${label}`);
-  check(Number(await page.getAttribute('#census-grid', 'data-best-layer')) === best.layer &&
-    Number(await page.getAttribute('#census-grid', 'data-best-head')) === best.head, 'strongest induction head marked');
+  const bi = census.best.induction;
+  check(Number(await page.getAttribute('#census-grid', 'data-best-layer')) === bi.layer &&
+    Number(await page.getAttribute('#census-grid', 'data-best-head')) === bi.head, 'strongest induction head marked');
 
   // the page opens on that head with a repeated phrase, generated greedily
   await page.waitForSelector('#completion[data-state="done"]', { timeout: T });
   const id = await page.getAttribute('#completion', 'data-id');
   await page.waitForSelector(`#heatmap[data-ready="1"][data-id="${id}"]`, { timeout: T });
   check(Number(await page.getAttribute('#heatmap', 'data-layer')) === best.layer &&
-    Number(await page.getAttribute('#heatmap', 'data-head')) === best.head, 'opens on the strongest induction head');
+    Number(await page.getAttribute('#heatmap', 'data-head')) === best.head, 'opens on the strongest head');
+  check(await page.getAttribute('#census-grid', 'data-open') === (induction ? 'induction' : 'previous-token'),
+    'the page says which head it opened on');
 
   // click another head, then the strongest induction head in the grid
   const other = best.head === 0 ? 1 : 0;
@@ -62,7 +70,8 @@ try {
   check(await page.locator('#census-grid td.active').getAttribute('data-head') === String(best.head), 'clicked cell active');
 
   const attn = (await apiAt(base, `/attention?id=${id}&layer=${best.layer}&head=${best.head}`)).json;
-  const rows = copyRows(attn.token_ids);
+  // induction: rows of the second copy, column after the earlier occurrence; else every row, column i-1
+  const rows = induction ? copyRows(attn.token_ids) : attn.token_ids.slice(2).map((_, k) => [k + 2, k + 1]);
   // brightest cell of each such row, from the drawn canvas (cell centres, sum of RGB)
   const bright = await page.evaluate((rs) => {
     const cv = document.getElementById('heatmap'), ctx = cv.getContext('2d');
@@ -78,10 +87,20 @@ try {
     });
   }, rows);
   const hits = rows.filter(([, want], k) => bright[k] === want).length;
-  console.log(`L${best.layer} H${best.head} (induction ${best.score.toFixed(3)}): brightest cell is the token after ` +
-    `the earlier occurrence in ${hits} of ${rows.length} second-copy rows`);
-  check(rows.length >= 5, `the repeated-phrase prompt has ${rows.length} second-copy rows`);
-  check(hits >= 0.8 * rows.length, `brightest cell on the induction target in only ${hits}/${rows.length} rows`);
+  if (induction) {
+    console.log(`L${best.layer} H${best.head}: the brightest cell is the token after the earlier occurrence in ` +
+      `${hits} of ${rows.length} second-copy rows`);
+    check(rows.length >= 5, `the repeated-phrase prompt gives ${rows.length} second-copy rows`);
+    check(hits >= 0.8 * rows.length, `brightest cell on the induction target in only ${hits}/${rows.length} rows`);
+  } else {
+    // a previous-token head: i-1 is the most frequent position of a row's brightest cell
+    const offsets = new Map();
+    rows.forEach(([i], k) => offsets.set(i - bright[k], (offsets.get(i - bright[k]) || 0) + 1));
+    const mode = [...offsets.entries()].sort((a, b) => b[1] - a[1])[0];
+    console.log(`L${best.layer} H${best.head}: the brightest cell is the previous token in ${hits} of ` +
+      `${rows.length} rows; offsets of the brightest cell: ${JSON.stringify([...offsets.entries()])}`);
+    check(mode[0] === 1 && hits >= 0.3 * rows.length, `previous token is not the usual brightest cell: ${mode}`);
+  }
 
   // logit lens at the last prompt token: the layer where the copied continuation becomes top-1
   await page.waitForSelector(`#lens[data-ready="1"][data-id="${id}"]`, { timeout: T });
