@@ -27,6 +27,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models")
     ap.add_argument("--census", default=None)
+    ap.add_argument("--notes", default=None, help="a Markdown file appended to the card")
     a = ap.parse_args()
     d = json.load(open(os.path.join(a.out, "kjv-train-log.json")))
     info, log = d["info"], d["log"]
@@ -111,6 +112,8 @@ def main():
     for smp in info["samples"]:
         s.append("**%s**\n\n- greedy: %s\n- sampled: %s\n" % (smp["prompt"], smp["greedy"].strip().replace("\n", " "),
                                                           smp["sampled_t0.8"].strip().replace("\n", " ")))
+    if a.notes:
+        s.append(open(a.notes).read())
     open(os.path.join(a.out, "README.md"), "w").write("\n".join(s) + "\n")
 
 
