@@ -9,6 +9,7 @@ VARIANT ?= release
 SHARED  ?= ../shared
 CC      ?= cc
 BUILD   := build/$(VARIANT)
+VERSION := $(shell cat VERSION)
 
 WARN    := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wformat=2 -Wno-unused-parameter
@@ -50,7 +51,7 @@ BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB     := $(BUILD)/libattnd.a
 BIN     := $(BUILD)/attnd
 
-.PHONY: all help deps test unit-test asan-test golden-test gguf-js-test bench run model clean
+.PHONY: all help deps test unit-test asan-test golden-test gguf-js-test bench run image image-test model clean
 all: $(BIN) $(TESTS) $(BENCHES) ## build attnd, the tests and the benchmarks (VARIANT=release|debug|asan)
 
 help: ## this list
@@ -120,6 +121,19 @@ model: $(BIN) ## retrain models/kjv.gguf, its goldens and its card from the KJV 
 	/usr/bin/python3 -u tools/train/train.py --minutes $(TRAIN_MINUTES) $(TRAIN_ARGS)
 	$(BIN) heads -m models/kjv.gguf --json > build/train/heads.json
 	/usr/bin/python3 tools/train/card.py --census build/train/heads.json
+
+# The container image (Dockerfile): docker where a Docker engine answers, else buildah, with the
+# Debian bases made by mmdebstrap when they cannot be pulled. The version is the file VERSION.
+image: ## build the container image attnd:VERSION + attnd:latest (VERSION: the file); VULKAN_CPU=1: the -vulkan-cpu variant (Mesa's lavapipe)
+	./deploy/install-deps.sh image
+	./deploy/build-image.sh $(if $(filter 1,$(VULKAN_CPU)),--vulkan-cpu)
+
+image-test: ## build the image, run it as uid 10001 with a model mounted, check it over HTTP against the host build (VULKAN_CPU=1: that variant)
+	./deploy/install-deps.sh build
+	./deploy/install-deps.sh image
+	$(MAKE) $(BIN)
+	$(MAKE) image
+	SHARED=$(SHARED) ATTND=$(BIN) IMAGE_TAG=attnd:$(VERSION)$(if $(filter 1,$(VULKAN_CPU)),-vulkan-cpu) ./tests/image/test_image.py
 
 clean: ## remove build outputs
 	rm -rf build

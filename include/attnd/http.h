@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "attnd/http_config.h"
 #include "attnd/status.h"
 
 struct http_server;
@@ -29,19 +30,8 @@ struct model;
 struct tokenizer;
 struct sched;
 
-struct http_config {
-    const char *host;         /* address or host name to bind, e.g. "127.0.0.1", "0.0.0.0", "::" */
-    int port;                 /* TCP port; 0 = let the kernel pick a free one (see http_port()) */
-    size_t max_body;          /* largest request body accepted, bytes (bigger: 413) */
-    int max_tokens_cap;       /* largest max_tokens a request may ask for */
-    int keep_requests;        /* finished requests /attention can address (>= 1) */
-    int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
-    const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
-    int max_connections;      /* concurrent connections (each holds one thread) */
-};
-
 /* Fills cfg with the defaults: 127.0.0.1:8080, 1 MiB bodies, max_tokens cap 4096, 16 kept
- * requests, attention cap 2048 tokens, no API key, 256 connections. */
+ * requests, attention cap 2048 tokens, no API key, 256 connections, chat template from the model. */
 void http_config_default(struct http_config *cfg);
 
 /* Binds cfg->host:cfg->port and starts serving in background threads (strings in cfg are

@@ -196,7 +196,8 @@ void http_config_default(struct http_config *cfg)
                                 .keep_requests = 16,
                                 .attention_max_tokens = 2048,
                                 .api_key = NULL,
-                                .max_connections = 256};
+                                .max_connections = 256,
+                                .chat_template = -1};
 }
 
 static attnd_status open_listener(struct http_server *srv, char *err, size_t errlen)
