@@ -6,19 +6,12 @@
 #include <string.h>
 
 #include "attnd/census.h"
+#include "attnd/forward.h"
 #include "attnd/model.h"
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: attnd heads -m MODEL [--json] [--threads N] [--backend auto|vulkan|cpu] [--vk-device N]\n"
-               "  prints every layer's and head's previous-token, induction, first-token and self scores and\n"
-               "  mean attention entropy, measured on the model's own attention maps (see GET /heads)\n"
-               CLI_BACKEND_HELP);
-}
 
 static void print_table(const struct census *c)
 {
@@ -36,38 +29,25 @@ static void print_table(const struct census *c)
 int cmd_heads(int argc, char **argv)
 {
     const char *model_path = NULL;
-    int json = 0, backend = 0, vk_device = 0;
+    int json = 0, backend = FWD_BACKEND_AUTO, vk_device = 0;
     long threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "attnd heads: '%s' needs a value or is unknown\n", a);
-            usage(stderr);
-            return 2;
-        }
-        int b = cli_backend_flag(a, v, &backend, &vk_device);
-        if (b < 0) return 2;
-        if (b > 0) i++;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
-        else if (!strcmp(a, "--threads")) {
-            if (cli_int("--threads", argv[++i], 1, 256, &threads)) return 2;
-        } else {
-            fprintf(stderr, "attnd heads: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, &model_path, "PATH", "GGUF model (required)")},
+        {CLI_OPT("--json", NULL, CLI_FLAG, &json, NULL, "print the JSON of GET /heads instead of a table")},
+        {CLI_OPT("--threads", NULL, CLI_LONG, &threads, "N", "compute threads (default 0 = all online CPUs)"),
+         CLI_RANGE(0, 256)},
+        CLI_BACKEND_OPTS(&backend, &vk_device),
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "heads", .usage = "attnd heads -m MODEL.gguf [options]", .opts = opts,
+        .footer = "  prints every layer's and head's previous-token, induction, first-token and self scores and\n"
+                  "  mean attention entropy, measured on the model's own attention maps (see GET /heads)\n"};
+    int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed != CLI_GO) return parsed;
     if (!model_path) {
-        fprintf(stderr, "attnd heads: need -m MODEL\n");
-        usage(stderr);
+        cli_usage(&cmd, stderr);
         return 2;
     }
     char err[512];
