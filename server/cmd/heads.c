@@ -77,8 +77,12 @@ int cmd_heads(int argc, char **argv)
         fprintf(stderr, "attnd heads: census failed: %s\n", attnd_status_str(st));
         goto done;
     }
-    if (json) fwrite(out, 1, len, stdout);
-    else print_table(c);
+    if (json) {
+        fwrite(out, 1, len, stdout);
+        fputc('\n', stdout);
+    } else {
+        print_table(c);
+    }
     rc = 0;
 done:
     free(out);

@@ -6,8 +6,9 @@
  */
 #include "attnd/census.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,59 +143,13 @@ void census_destroy(struct census *c)
     free(c);
 }
 
-/* ---- JSON ------------------------------------------------------------------------------------ */
+/* ---- JSON (cJSON builds it: the engine has no buffer helpers of its own) ---------------------- */
 
-struct buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void put(struct buf *b, const char *fmt, ...)
+static cJSON *ids_json(const int32_t *v, size_t n)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int k = b->oom ? 0 : vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
-        va_end(ap);
-        if (b->oom || k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)k < room) {
-            b->len += (size_t)k;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-}
-
-static void put_ids(struct buf *b, const int32_t *v, size_t n)
-{
-    put(b, "[");
-    for (size_t i = 0; i < n; i++) put(b, "%s%d", i ? "," : "", v[i]);
-    put(b, "]");
-}
-
-static void put_name(struct buf *b, const char *s)
-{
-    put(b, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch < 0x20 || ch == '"' || ch == '\\') put(b, "\\u%04x", ch);
-        else put(b, "%c", ch);
-    }
-    put(b, "\"");
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
 }
 
 static double head_score(const struct census_head *h)
@@ -206,36 +161,63 @@ static double head_score(const struct census_head *h)
     return h->entropy;
 }
 
+static cJSON *head_json(const struct census_head *h)
+{
+    char label[96];
+    snprintf(label, sizeof label, "L%d H%d %s %.2f", h->layer, h->head,
+             !strcmp(h->role, "diffuse") ? "diffuse, entropy" : h->role, head_score(h));
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "layer", h->layer);
+    cJSON_AddNumberToObject(o, "head", h->head);
+    cJSON_AddNumberToObject(o, "kv_head", h->kv_head);
+    cJSON_AddNumberToObject(o, "previous_token", h->prev);
+    cJSON_AddNumberToObject(o, "induction", h->induction);
+    cJSON_AddNumberToObject(o, "first_token", h->sink);
+    cJSON_AddNumberToObject(o, "self", h->self);
+    cJSON_AddNumberToObject(o, "entropy", h->entropy);
+    cJSON_AddStringToObject(o, "role", h->role);
+    cJSON_AddStringToObject(o, "label", label);
+    return o;
+}
+
+static cJSON *best_json(const struct census_head *h, double score)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "layer", h->layer);
+    cJSON_AddNumberToObject(o, "head", h->head);
+    cJSON_AddNumberToObject(o, "score", score);
+    return o;
+}
+
 attnd_status census_json(const struct census *c, const char *model_name, char **out, size_t *len)
 {
-    struct buf b = {0};
-    put(&b, "{\"model\":");
-    if (model_name) put_name(&b, model_name);
-    else put(&b, "null");
-    put(&b, ",\"n_layer\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"role_min\":%g,\"probes\":{\"text\":", c->n_layer,
-        c->n_head, c->n_head_kv, CENSUS_ROLE_MIN);
-    put_ids(&b, c->text, c->n_text);
-    put(&b, ",\"repeated\":");
-    put_ids(&b, c->rep, c->n_rep);
-    put(&b, ",\"repeat_len\":%d},\"heads\":[", c->rep_len);
-    for (int i = 0; i < c->n_layer * c->n_head; i++) {
-        const struct census_head *h = &c->heads[i];
-        put(&b,
-            "%s{\"layer\":%d,\"head\":%d,\"kv_head\":%d,\"previous_token\":%.6f,\"induction\":%.6f,"
-            "\"first_token\":%.6f,\"self\":%.6f,\"entropy\":%.6f,\"role\":\"%s\",\"label\":\"L%d H%d %s %.2f\"}",
-            i ? "," : "", h->layer, h->head, h->kv_head, h->prev, h->induction, h->sink, h->self, h->entropy, h->role,
-            h->layer, h->head, !strcmp(h->role, "diffuse") ? "diffuse, entropy" : h->role, head_score(h));
-    }
-    const struct census_head *bp = &c->heads[c->best_prev], *bi = &c->heads[c->best_induction];
-    put(&b,
-        "],\"best\":{\"previous_token\":{\"layer\":%d,\"head\":%d,\"score\":%.6f},"
-        "\"induction\":{\"layer\":%d,\"head\":%d,\"score\":%.6f}}}\n",
-        bp->layer, bp->head, bp->prev, bi->layer, bi->head, bi->induction);
-    if (b.oom) {
-        free(b.p);
+    cJSON *root = cJSON_CreateObject(), *probes = cJSON_CreateObject(), *heads = cJSON_CreateArray(),
+          *best = cJSON_CreateObject();
+    if (!root || !probes || !heads || !best) {
+        cJSON_Delete(root), cJSON_Delete(probes), cJSON_Delete(heads), cJSON_Delete(best);
         return ATTND_ERR_NOMEM;
     }
-    *out = b.p;
-    *len = b.len;
+    cJSON_AddItemToObject(root, "model", model_name ? cJSON_CreateString(model_name) : cJSON_CreateNull());
+    cJSON_AddNumberToObject(root, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(root, "n_head", c->n_head);
+    cJSON_AddNumberToObject(root, "n_head_kv", c->n_head_kv);
+    cJSON_AddNumberToObject(root, "role_min", CENSUS_ROLE_MIN);
+    cJSON_AddItemToObject(probes, "text", ids_json(c->text, c->n_text));
+    cJSON_AddItemToObject(probes, "repeated", ids_json(c->rep, c->n_rep));
+    cJSON_AddNumberToObject(probes, "repeat_len", c->rep_len);
+    cJSON_AddItemToObject(root, "probes", probes);
+    for (int i = 0; heads && i < c->n_layer * c->n_head; i++) cJSON_AddItemToArray(heads, head_json(&c->heads[i]));
+    cJSON_AddItemToObject(root, "heads", heads);
+    const struct census_head *bp = &c->heads[c->best_prev], *bi = &c->heads[c->best_induction];
+    cJSON_AddItemToObject(best, "previous_token", best_json(bp, bp->prev));
+    cJSON_AddItemToObject(best, "induction", best_json(bi, bi->induction));
+    cJSON_AddItemToObject(root, "best", best);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) return ATTND_ERR_NOMEM;
+    *len = strlen(text);
+    /* the callers free() it: cJSON allocates with malloc unless told otherwise (cJSON_InitHooks is
+     * never called here) */
+    *out = text;
     return ATTND_OK;
 }
