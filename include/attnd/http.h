@@ -38,10 +38,15 @@ struct http_config {
     int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
     const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
     int max_connections;      /* concurrent connections (each holds one thread) */
+    int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
+    int timeout_ms;           /* a connection with no bytes in either direction for this long is closed
+                                 (rounded up to whole seconds; 0 = never). A request being answered
+                                 is not idle: the answer's bytes (SSE keep-alives too) count */
 };
 
 /* Fills cfg with the defaults: 127.0.0.1:8080, 1 MiB bodies, max_tokens cap 4096, 16 kept
- * requests, attention cap 2048 tokens, no API key, 256 connections. */
+ * requests, attention cap 2048 tokens, no API key, 256 connections, 64 per client address,
+ * 30 s idle timeout. */
 void http_config_default(struct http_config *cfg);
 
 /* Binds cfg->host:cfg->port and starts serving in background threads (strings in cfg are

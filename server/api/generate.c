@@ -472,6 +472,23 @@ static int parse_stop(const cJSON *it, struct gen_params *p, char *err, size_t e
     return 0;
 }
 
+/* Offset of the first NUL in the body, raw or written as the escape \u0000 inside a string, or
+ * -1. cJSON keeps strings NUL-terminated, so such a key or value would silently be cut there
+ * ("prompt\u0000x" would read as "prompt"). */
+static long body_nul_at(const char *b, size_t n)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!b[i]) return (long)i;
+        if (b[i] == '"') in_str = !in_str;
+        else if (in_str && b[i] == '\\' && i + 1 < n) {
+            if (b[i + 1] == 'u' && i + 5 < n && !memcmp(b + i + 2, "0000", 4)) return (long)i;
+            i++; /* the escaped byte: \" does not end the string */
+        }
+    }
+    return -1;
+}
+
 /* Checks every field of the body against its type and range. Returns 0 or an HTTP status. */
 static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *root, struct gen_params *p, char *err,
                       size_t errlen)
@@ -576,6 +593,8 @@ enum MHD_Result api_generate(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
     if (!c->body_len) return api_error(c, 400, "the body is empty; send a JSON object with a 'prompt'");
+    long nul = body_nul_at(c->body, c->body_len);
+    if (nul >= 0) return api_error(c, 400, "the body holds a NUL character (byte %ld); keys and strings may not", nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
     if (!root) {

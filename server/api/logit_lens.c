@@ -126,7 +126,7 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
         }
         api_engine_release(srv);
         if (st) {
-            hc = st == ATTND_ERR_INVALID ? 400 : st == ATTND_ERR_RANGE ? 413 : st == ATTND_ERR_INTERNAL ? 500 : 503;
+            hc = st == ATTND_ERR_INVALID ? 400 : st == ATTND_ERR_RANGE ? 413 : st == ATTND_ERR_INTERNAL || st == ATTND_ERR_NUMERIC ? 500 : 503;
             why = attnd_status_str(st);
         }
     }

@@ -84,6 +84,9 @@ static void usage(FILE *f)
             "  --keep-requests N           finished requests /attention can address (default 16)\n"
             "  --attention-max-tokens N    longest sequence /attention maps (default 2048; longer: 413)\n"
             "  --max-connections N         concurrent connections (default 256)\n"
+            "  --max-per-client N          concurrent connections from one client address (default 64)\n"
+            "  --timeout-ms N              close a connection idle this long, e.g. a half-sent request\n"
+            "                              (default 30000, whole seconds; 0 = never)\n"
             "  --api-key KEY               require 'Authorization: Bearer KEY' on every route but /health\n"
             "  --api-key-file FILE         the same, the key read from FILE (first line)\n"
             "  --grace-ms N                on SIGTERM/SIGINT, how long requests in flight may run on\n"
@@ -182,6 +185,12 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--max-connections")) {
             if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
             hc.max_connections = (int)l;
+        } else if (!strcmp(a, "--max-per-client")) {
+            if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
+            hc.max_per_client = (int)l;
+        } else if (!strcmp(a, "--timeout-ms")) {
+            if (cli_int(a, v, 0, 3600L * 1000, &l)) return 2;
+            hc.timeout_ms = (int)l;
         } else if (!strcmp(a, "--grace-ms")) {
             if (cli_int(a, v, 0, 3600L * 1000, &grace_ms)) return 2;
         } else {
