@@ -42,6 +42,7 @@ struct gen {
     int refs;
     struct http_server *srv;
     uint64_t id;           /* the scheduler's id */
+    struct sched *sched;   /* alive while !done: it frees itself only after every request's last event */
     bool stream;
     int logprobs;          /* top alternatives per token (0: no logprobs) */
     int fd;                /* the client's socket, for hang-up checks */
@@ -248,15 +249,12 @@ static void job_end(struct api_conn *c, bool ok)
     uint64_t id = g->id;
     c->prompt_tokens = g->prompt_tokens ? g->prompt_tokens : (int)g->n_prompt;
     c->completion_tokens = (int)g->n_toks;
+    /* Not through api_engine_acquire(): during the shutdown grace the engine is detached but the
+     * request still runs. Holding g->mu keeps the scheduler from delivering our last event, so
+     * it cannot finish and free itself meanwhile (callbacks never run under its own lock). */
+    if (!done) sched_cancel(g->sched, id);
     pthread_mutex_unlock(&g->mu);
-    if (!done) {
-        struct api_engine e;
-        if (api_engine_acquire(srv, &e)) {
-            sched_cancel(e.sched, id);
-            api_engine_release(srv);
-        }
-        log_info("generation gen-%llu: client went away, cancelled", (unsigned long long)id);
-    }
+    if (!done) log_info("generation gen-%llu: client went away, cancelled", (unsigned long long)id);
     pthread_mutex_lock(&srv->mu);
     srv->inflight--;
     pthread_cond_broadcast(&srv->cv);
@@ -635,6 +633,7 @@ enum MHD_Result api_generate(struct api_conn *c)
     pthread_condattr_destroy(&ca);
     g->refs = 2; /* the connection and the scheduler */
     g->srv = srv;
+    g->sched = e.sched;
     g->stream = p.stream;
     g->logprobs = p.req.logprobs;
     g->fd = api_conn_fd(c);

@@ -36,6 +36,7 @@
 #include "server/api/web.h"
 
 #define CONN_MEMORY_LIMIT (64 * 1024) /* per-connection buffer for headers and body chunks */
+#define BODY_DISCARD_MAX (64 * 1024)  /* bytes of an oversized chunked body read (and dropped) past the cap */
 
 /* ==============================================================================================
  * Small helpers (api.h)
@@ -409,8 +410,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         *upload_size = 0;
         if (c->responded) return MHD_YES; /* an error is queued: the rest of the body is dropped */
         append_body(c, upload_data, n);
-        /* a body without Content-Length that goes on and on: stop reading it */
-        if (c->body_err && c->body_seen / 16 > srv->cfg.max_body) return MHD_NO;
+        /* a body without Content-Length that goes on and on: the 413 goes out if it ends within
+         * BODY_DISCARD_MAX past the cap, else the connection is closed (it was 16 x the cap) */
+        if (c->body_err && c->body_seen > srv->cfg.max_body + BODY_DISCARD_MAX) return MHD_NO;
         return MHD_YES;
     }
     if (c->responded) return MHD_YES;
