@@ -229,6 +229,20 @@ static void bind_all(struct binder *b)
     }
 }
 
+/* Elements of all 1-D tensors (what bind_vec may place in the f32 arena) into *n; false if the
+ * sum overflows (tensors may share data offsets, so it is not bounded by the file size). */
+static bool count_1d(const struct gguf *g, size_t *n)
+{
+    *n = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        if (t->n_dims != 1) continue;
+        if (t->n_elems > SIZE_MAX / sizeof(float) - *n) return false;
+        *n += (size_t)t->n_elems;
+    }
+    return true;
+}
+
 void model_destroy(struct model *m)
 {
     if (!m) return;
@@ -277,14 +291,9 @@ attnd_status model_load_gguf(const char *path, struct gguf *g, struct model **ou
 
     /* room for every 1-D tensor converted to f32 (an upper bound: all 1-D tensors) */
     size_t n_f32 = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const struct gguf_tensor *t = gguf_tensor(g, i);
-        if (t->n_dims != 1) continue;
-        if (t->n_elems > SIZE_MAX / sizeof(float) - n_f32) { /* shared data offsets can inflate the sum */
-            st = errf(err, errlen, ATTND_ERR_FORMAT, "the 1-D tensors hold more elements than memory can");
-            goto fail;
-        }
-        n_f32 += (size_t)t->n_elems;
+    if (!count_1d(g, &n_f32)) {
+        st = errf(err, errlen, ATTND_ERR_FORMAT, "the 1-D tensors hold more elements than memory can");
+        goto fail;
     }
     m->f32_arena = malloc((n_f32 ? n_f32 : 1) * sizeof(float));
     uint64_t data_size = gguf_file_size(g) - gguf_data_offset(g);
