@@ -6,19 +6,15 @@
  * well-framed request (mode 0) gets a status line; no answer is a 5xx other than 503 (the model
  * has finite logits, so a 500 is a bug); the server keeps answering /health.
  * Seeds: tests/fuzz/corpus/http (request bodies and queries from the HTTP tests). */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include "attnd/http.h"
 #include "attnd/model.h"
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 #include "fuzz_common.h"
+#include "tests/unit/http_client.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -58,40 +54,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0; /* the server lives as long as the process */
 }
 
-/* Sends req, reads the answer until the server closes; returns its status code, 0 if none. */
-static int exchange(const char *req, size_t len)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    FZ_REQUIRE(fd >= 0, "socket");
-    struct timeval tv = {.tv_sec = 20};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    FZ_REQUIRE(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect to the in-process server");
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
-        if (w <= 0) break; /* the server may refuse early (413) and close */
-        off += (size_t)w;
-    }
-    shutdown(fd, SHUT_WR);
-    char head[16] = {0};
-    size_t got = 0;
-    char buf[4096];
-    ssize_t r;
-    while ((r = recv(fd, buf, sizeof buf, 0)) > 0) {
-        if (got < sizeof head - 1) {
-            size_t k = (size_t)r < sizeof head - 1 - got ? (size_t)r : sizeof head - 1 - got;
-            memcpy(head + got, buf, k);
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    int code = 0;
-    if (got >= 12 && !memcmp(head, "HTTP/1.", 7)) code = atoi(head + 9);
-    return code;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > (48 << 10)) return 0;
@@ -114,11 +76,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(req + len, tail, strlen(tail));
         len += strlen(tail);
     }
-    int code = exchange(req, len);
+    int code = t_http_exchange(g_port, req, len, 20);
+    FZ_REQUIRE(code >= 0, "connect to the in-process server");
     free(req);
     if (mode == 0) FZ_REQUIRE(code >= 200, "a well-framed request gets an answer");
     FZ_REQUIRE(code < 500 || code == 503, "no 5xx but 503");
     static const char health[] = "GET /health HTTP/1.1\r\nHost: f\r\nConnection: close\r\n\r\n";
-    FZ_REQUIRE(exchange(health, sizeof health - 1) == 200, "/health still answers");
+    FZ_REQUIRE(t_http_exchange(g_port, health, sizeof health - 1, 20) == 200, "/health still answers");
     return 0;
 }

@@ -10,6 +10,10 @@
  *     (sched_attention) and over the logit lens (sched_logit_lens): each either succeeds or ends
  *     with ATTND_ERR_NOMEM, and the next clean call gives the reference answer (an attention
  *     map failing its probe buffers once used to leave a context without them: NULL deref).
+ *  4. The HTTP server in-process (as `attnd serve` wires it): for N over every allocation of a
+ *     POST /v1/generate (then of a GET /attention), the answer is a 200 or a 5xx (never a hang
+ *     or a crash; the first allocation, the connection's own state, closes the connection) and
+ *     the next /health and /v1/generate answer 200.
  *  3. The weights loader with injected io_uring/pread errors (EIO at the start, middle and last
  *     byte) fails with ATTND_ERR_IO naming the offset; with short reads (every read at most
  *     4093 bytes, or 1 byte on a small range) it resubmits and loads identical weights, on the
@@ -22,10 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attnd/http.h"
 #include "attnd/model.h"
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 #include "attnd/weights.h"
+#include "http_client.h"
 #include "testutil.h"
 
 /* ---- the allocation wrappers ----------------------------------------------------------------- */
@@ -274,6 +280,63 @@ static void test_reads(const char *path)
     free(file);
 }
 
+/* ---- 4. the HTTP server ---------------------------------------------------------------------- */
+
+static int http_post(int port, const char *path, const char *body)
+{
+    char req[1024];
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     body ? "POST" : "GET", path, body ? strlen(body) : 0, body ? body : "");
+    return t_http_exchange(port, req, (size_t)n, 60);
+}
+
+static void test_http(const char *path)
+{
+    char err[512];
+    struct model *m;
+    struct tokenizer *tok;
+    struct sched *s;
+    struct sched_opts so = {.n_threads = 1, .n_ctx = 64, .kv_blocks = 32};
+    struct http_config hc;
+    http_config_default(&hc);
+    hc.port = 0;
+    struct http_server *srv;
+    if (model_load(path, &m, err, sizeof err) || tok_create(m->gguf, &tok, err, sizeof err) ||
+        sched_create(m, tok, &so, &s) || http_create(&hc, &srv, err, sizeof err)) {
+        T_CHECK(0, "setup: %s", err);
+        return;
+    }
+    http_set_engine(srv, m, tok, s);
+    const int port = http_port(srv);
+    const char *gen = "{\"prompt\":[1,403,407],\"max_tokens\":4,\"temperature\":0,\"logprobs\":2}";
+    const char *routes[][2] = {{"/v1/generate", gen}, {"/attention?layer=1&head=0", NULL}};
+    T_CHECK(http_post(port, "/v1/generate", gen) == 200, "clean request");
+    for (int k = 0; k < 2; k++) {
+        long n, n5xx = 0;
+        for (n = 1;; n++) {
+            arm(n);
+            int code = http_post(port, routes[k][0], routes[k][1]);
+            int hit = disarm();
+            n5xx += code >= 500;
+            /* N = 1 is the connection's own state: without it the only clean answer is to close */
+            T_CHECK(code == 200 || (code >= 500 && hit) || (code == 0 && hit && n == 1), "N=%ld: %s answered %d", n,
+                    routes[k][0], code);
+            T_CHECK(http_post(port, "/health", NULL) == 200 && http_post(port, "/v1/generate", gen) == 200,
+                    "N=%ld: the server stopped serving after a failed allocation", n);
+            if (!hit) break;
+        }
+        fprintf(stderr, "HTTP %s: %ld allocations, %ld answered 5xx\n", routes[k][0], n - 1, n5xx);
+    }
+    http_stop_accepting(srv);
+    sched_drain(s);
+    http_detach_engine(srv);
+    sched_destroy(s, 1000);
+    http_wait_idle(srv, 5000);
+    http_destroy(srv);
+    tok_destroy(tok);
+    model_destroy(m);
+}
+
 int main(void)
 {
     char path[1024];
@@ -286,5 +349,6 @@ int main(void)
     test_load(path);
     test_requests(path);
     test_reads(path);
+    test_http(path);
     return t_finish("test_faults");
 }
