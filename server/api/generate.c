@@ -472,12 +472,16 @@ static int parse_stop(const cJSON *it, struct gen_params *p, char *err, size_t e
 
 /* Offset of the first NUL in the body, raw or written as the escape \u0000 inside a string, or
  * -1. cJSON keeps strings NUL-terminated, so such a key or value would silently be cut there
- * ("prompt\u0000x" would read as "prompt"). */
-static long body_nul_at(const char *b, size_t n)
+ * ("prompt\u0000x" would read as "prompt"). *n_commas gets the commas outside strings (up to
+ * the NUL): one less than the values of the largest possible array, before cJSON builds a node
+ * (~64 bytes) for each. */
+static long body_nul_at(const char *b, size_t n, size_t *n_commas)
 {
     bool in_str = false;
+    *n_commas = 0;
     for (size_t i = 0; i < n; i++) {
         if (!b[i]) return (long)i;
+        if (!in_str && b[i] == ',') ++*n_commas;
         if (b[i] == '"') in_str = !in_str;
         else if (in_str && b[i] == '\\' && i + 1 < n) {
             if (b[i + 1] == 'u' && i + 5 < n && !memcmp(b + i + 2, "0000", 4)) return (long)i;
@@ -485,6 +489,25 @@ static long body_nul_at(const char *b, size_t n)
         }
     }
     return -1;
+}
+
+/* Checks done on the raw body before cJSON sees it: a NUL, or more values than any valid body
+ * has (a 1 MiB "[0,0,...]" would cost cJSON ~32 MiB of nodes). Returns true with the reason in err. */
+static bool body_refused(struct api_conn *c, char *err, size_t errlen)
+{
+    size_t commas;
+    long nul = body_nul_at(c->body, c->body_len, &commas);
+    if (nul >= 0) {
+        snprintf(err, errlen, "the body holds a NUL character (byte %ld); keys and strings may not", nul);
+        return true;
+    }
+    struct api_engine e;
+    if (!api_engine_acquire(c->srv, &e)) return false; /* answered 503 after the parse */
+    size_t most = (size_t)sched_n_ctx(e.sched) + SCHED_MAX_STOPS + 32;
+    api_engine_release(c->srv);
+    if (commas < most) return false;
+    snprintf(err, errlen, "the body holds more than %zu JSON values (a prompt has at most the context's tokens)", most);
+    return true;
 }
 
 /* Checks every field of the body against its type and range. Returns 0 or an HTTP status. */
@@ -591,8 +614,8 @@ enum MHD_Result api_generate(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
     if (!c->body_len) return api_error(c, 400, "the body is empty; send a JSON object with a 'prompt'");
-    long nul = body_nul_at(c->body, c->body_len);
-    if (nul >= 0) return api_error(c, 400, "the body holds a NUL character (byte %ld); keys and strings may not", nul);
+    char err[512] = "";
+    if (body_refused(c, err, sizeof err)) return api_error(c, 400, "%s", err);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
     if (!root) {
@@ -610,7 +633,6 @@ enum MHD_Result api_generate(struct api_conn *c)
         cJSON_Delete(root);
         return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
     }
-    char err[512] = "";
     struct gen_params p = {0};
     int code = parse_body(c, &e, root, &p, err, sizeof err);
     struct gen *g = NULL;

@@ -7,6 +7,7 @@
  2. A request path with %0A cannot forge a log line (the logged path is escaped).
  3. NUL in JSON, raw or as \\u0000 in a key or a string, is a 400 (cJSON would cut the string
     there: {"prompt\\u0000x":...} read as "prompt"); an escaped backslash before u0000 is not a NUL.
+    A body of 300k values ([0,0,...]) is refused before cJSON builds its ~20 MB of nodes.
  4. max_tokens 0 and a prompt of exactly the context size answer 200, no tokens, "length";
     /attention maps such a request.
  5. A model with a NaN in one row of output.weight: /v1/generate (whole, streamed, with logprobs)
@@ -108,6 +109,9 @@ try:
                        (b'{"prompt":"ab\x00c","max_tokens":1}', "raw NUL in a string")):
         r = d.post("/v1/generate", body)
         c.check(error_shape_ok(r, 400) is None and "NUL" in r.text, f"{what}: {r.status_code} {r.text[:200]}")
+    # a body of far more values than any valid one is refused before cJSON builds a node per value
+    r = d.post("/v1/generate", b'{"prompt":[' + b",".join([b"0"] * 300000) + b"]}")
+    c.check(error_shape_ok(r, 400) is None and "JSON values" in r.text, f"300k-value body: {r.status_code} {r.text[:200]}")
     r = d.post("/v1/generate", b'{"prompt":"a\\\\u0000","max_tokens":1,"temperature":0}')
     c.check(r.status_code == 200, f"an escaped backslash before u0000 is text: {r.status_code} {r.text[:200]}")
 
