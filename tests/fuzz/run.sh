@@ -2,6 +2,7 @@
 # Runs the libFuzzer harnesses (build/fuzz/fuzz/fuzz_*, `make VARIANT=fuzz CC=clang fuzzers`).
 #   tests/fuzz/run.sh fuzz SECONDS    fuzz each harness for SECONDS (nice 19); new crash inputs are
 #                                     written to tests/fuzz/regress/NAME/ (commit them with the fix)
+#   (a third argument, e.g. `http`, runs only fuzz_http)
 #   tests/fuzz/run.sh check SECONDS   each harness replays its seeds and regression inputs, then
 #                                     fuzzes for SECONDS more (what `make test` runs; exit 1 on a finding)
 # Corpora: tests/fuzz/corpus/NAME (committed seeds), seeds generated from $SHARED (tokenizer test
@@ -22,7 +23,9 @@ python3 tests/fuzz/seeds.py "$SHARED" "$work" || exit 1
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 rc=0
-for f in $bin/fuzz_*; do
+for f in $bin/fuzz_${3:-*}; do
+  case $f in *.d) continue;; esac
+  [ -x "$f" ] || continue
   name=$(basename "$f")
   mkdir -p "$work/$name" "tests/fuzz/regress/$name"
   dirs=("$work/$name")
