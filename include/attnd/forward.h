@@ -1,4 +1,5 @@
-/* forward.h - the transformer forward pass on the CPU over the paged KV cache.
+/* forward.h - the transformer forward pass over the paged KV cache, on the backend chosen at
+ * fwd_create (the SIMD CPU kernels or a Vulkan device; see enum fwd_backend).
  *
  * fwd_eval_batch() runs one step for a batch of sequences at once: every sequence contributes
  * a run of new tokens (a prompt chunk or one decode token); the matrix products read each

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnd/forward.h"
 #include "attnd/sampler.h"
 #include "attnd/status.h"
 #include "attnd/tensor.h"
@@ -37,7 +38,7 @@ struct sched_opts {
     size_t kv_blocks;   /* KV pool size in 16-token blocks (0: from kv_mib) */
     size_t kv_mib;      /* KV pool size in MiB when kv_blocks is 0 (0: 256); never less than one
                            full context */
-    int backend;        /* enum fwd_backend (forward.h): 0 = CPU kernels */
+    enum fwd_backend backend; /* where the steps run (forward.h); 0 = FWD_BACKEND_CPU */
     int vk_device;      /* fwd_opts.vk_device: 0 = the best Vulkan device, N = index N - 1 */
 };
 

@@ -8,26 +8,44 @@
 
 #include "server/api/metrics.h"
 
-const char *api_error_type(int code)
+const char *const api_error_kind_names[API_ERROR_KIND_COUNT] = {
+    "invalid_request",   "authentication_error", "not_found",     "method_not_allowed",
+    "payload_too_large", "service_unavailable",  "internal_error",
+};
+
+static enum api_error_kind error_kind(int code)
 {
     switch (code) {
-    case 400: return "invalid_request";
-    case 401: return "authentication_error";
-    case 404: return "not_found";
-    case 405: return "method_not_allowed";
-    case 413: return "payload_too_large";
-    case 503: return "service_unavailable";
-    default: return code >= 400 && code < 500 ? "invalid_request" : "internal_error";
+    case 400: return API_ERROR_INVALID_REQUEST;
+    case 401: return API_ERROR_AUTHENTICATION;
+    case 404: return API_ERROR_NOT_FOUND;
+    case 405: return API_ERROR_METHOD_NOT_ALLOWED;
+    case 413: return API_ERROR_PAYLOAD_TOO_LARGE;
+    case 503: return API_ERROR_SERVICE_UNAVAILABLE;
+    default: return code >= 400 && code < 500 ? API_ERROR_INVALID_REQUEST : API_ERROR_INTERNAL;
+    }
+}
+
+const char *api_error_type(int code) { return api_error_kind_names[error_kind(code)]; }
+
+int api_status_code(attnd_status st, bool range_is_size)
+{
+    switch (st) {
+    case ATTND_ERR_INVALID: return 400;
+    case ATTND_ERR_RANGE: return range_is_size ? 413 : 400;
+    case ATTND_ERR_UNSUPPORTED:
+    case ATTND_ERR_NOMEM: return 503;
+    default: return 500;
     }
 }
 
 void api_error_json(struct http_server *srv, struct api_buf *b, int code, const char *message)
 {
-    const char *type = api_error_type(code);
-    api_buf_printf(b, "{\"error\":{\"code\":%d,\"type\":\"%s\",\"message\":", code, type);
+    enum api_error_kind kind = error_kind(code);
+    api_buf_printf(b, "{\"error\":{\"code\":%d,\"type\":\"%s\",\"message\":", code, api_error_kind_names[kind]);
     api_buf_json_str(b, message, strlen(message));
     api_buf_puts(b, "}}");
-    metrics_error(srv->metrics, type);
+    metrics_error(srv->metrics, (size_t)kind);
 }
 
 static enum MHD_Result send_error(struct api_conn *c, int code, const char *hname, const char *hval,
@@ -59,6 +77,15 @@ enum MHD_Result api_error_hdr(struct api_conn *c, int code, const char *hname, c
     va_list ap;
     va_start(ap, fmt);
     enum MHD_Result r = send_error(c, code, hname, hval, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+enum MHD_Result api_error_retry(struct api_conn *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = send_error(c, code, code == 503 ? "Retry-After" : NULL, "1", fmt, ap);
     va_end(ap);
     return r;
 }

@@ -17,13 +17,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/check.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
-#include "server/api/attention.h"
+#include "server/api/buf.h"
 #include "server/api/errors.h"
+#include "server/api/history.h"
 #include "server/api/metrics.h"
 
 #define WAIT_SLICE_MS 200      /* how often a waiting connection checks its socket */
@@ -47,7 +49,7 @@ struct gen {
     int logprobs;          /* top alternatives per token (0: no logprobs) */
     int fd;                /* the client's socket, for hang-up checks */
     char model_name[128];
-    int32_t *prompt;       /* (n_prompt) kept for /attention's history */
+    int32_t *prompt;       /* (n_prompt) kept for the history of finished requests (history.h) */
     size_t n_prompt;
     int32_t *toks;         /* (n_toks) generated ids */
     size_t n_toks, cap_toks;
@@ -80,25 +82,6 @@ static void gen_unref(struct gen *g)
     api_buf_free(&g->lps);
     api_buf_free(&g->out);
     free(g);
-}
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    long long ns = ts->tv_nsec + (long long)ms * 1000000LL;
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
-}
-
-static int status_code(attnd_status st)
-{
-    switch (st) {
-    case ATTND_ERR_INVALID:
-    case ATTND_ERR_RANGE: return 400;
-    case ATTND_ERR_UNSUPPORTED:
-    case ATTND_ERR_NOMEM: return 503;
-    default: return 500;
-    }
 }
 
 /* ---- JSON pieces shared by the answer and the stream ----------------------------------------- */
@@ -188,7 +171,7 @@ static void on_done(struct gen *g, const struct sched_event *ev)
 static void on_error(struct gen *g, const struct sched_event *ev)
 {
     g->failed = true;
-    g->err_code = status_code(ev->status);
+    g->err_code = api_status_code(ev->status, false);
     snprintf(g->err_msg, sizeof g->err_msg, "%s", ev->message ? ev->message : attnd_status_str(ev->status));
     g->prompt_tokens = ev->prompt_tokens;
     g->completion_tokens = (int)g->n_toks;
@@ -206,13 +189,13 @@ static void on_event(void *ud, const struct sched_event *ev)
     bool last = ev->kind != SCHED_EV_TOKEN;
     if (last) {
         /* Book-keeping before the answer can go out, so a client that has its answer finds the
-         * request in /attention and in /metrics. g->toks is written only by this callback. */
+         * request in the history and in /metrics. g->toks is written only by this callback. */
         if (ev->kind == SCHED_EV_DONE) {
-            metrics_finish(mt, ev->finish_reason ? ev->finish_reason : "stop");
+            metrics_finish(mt, metrics_finish_from(ev->finish_reason ? ev->finish_reason : "stop"));
             metrics_tokens(mt, ev->prompt_tokens, ev->completion_tokens);
-            api_attention_remember(g->srv, ev->id, g->prompt, g->n_prompt, g->toks, g->n_toks);
+            api_history_remember(g->srv, ev->id, g->prompt, g->n_prompt, g->toks, g->n_toks);
         } else {
-            metrics_finish(mt, "error");
+            metrics_finish(mt, METRICS_FINISH_ERROR);
         }
     }
     pthread_mutex_lock(&g->mu);
@@ -255,10 +238,7 @@ static void job_end(struct api_conn *c, bool ok)
     if (!done) sched_cancel(g->sched, id);
     pthread_mutex_unlock(&g->mu);
     if (!done) log_info("generation gen-%llu: client went away, cancelled", (unsigned long long)id);
-    pthread_mutex_lock(&srv->mu);
-    srv->inflight--;
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
+    api_inflight_end(srv);
     c->job = NULL;
     c->job_end = NULL;
     gen_unref(g);
@@ -285,7 +265,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         }
         struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
+        check_deadline(&ts, WAIT_SLICE_MS);
         int rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         if (rc == ETIMEDOUT && !g->done && g->out_pos == g->out.len) {
             if (api_peer_gone(g->fd)) {
@@ -328,7 +308,7 @@ static enum MHD_Result answer_whole(struct api_conn *c, struct gen *g)
     pthread_mutex_lock(&g->mu);
     while (!g->done) {
         struct timespec ts;
-        deadline_in(&ts, WAIT_SLICE_MS);
+        check_deadline(&ts, WAIT_SLICE_MS);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         if (!g->done && api_peer_gone(fd)) {
             pthread_mutex_unlock(&g->mu);
@@ -395,7 +375,7 @@ static int parse_prompt(const cJSON *it, const struct api_engine *e, struct gen_
         attnd_status st = tok_encode(e->tok, it->valuestring, len, true, false, &p->prompt, &p->n_prompt);
         if (st) {
             snprintf(err, errlen, "could not tokenize 'prompt': %s", attnd_status_str(st));
-            return st == ATTND_ERR_RANGE ? 413 : st == ATTND_ERR_NOMEM ? 503 : 500;
+            return api_status_code(st, true);
         }
     } else if (cJSON_IsArray(it)) {
         int n = cJSON_GetArraySize(it);
@@ -510,6 +490,83 @@ static bool body_refused(struct api_conn *c, char *err, size_t errlen)
     return true;
 }
 
+/* A sampling field k (temperature ... seed) into sp: returns false if k is none of them, else
+ * sets *ok (the value has the right type and range) and *want (what it must be). */
+static bool parse_sampling(const char *k, const cJSON *it, struct sampler_params *sp, bool *ok, const char **want)
+{
+    double v;
+    if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "min_p") || !strcmp(k, "repetition_penalty") ||
+        !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
+        *want = "a number";
+        if (!(*ok = cJSON_IsNumber(it))) return true;
+        float f = (float)it->valuedouble;
+        if (!strcmp(k, "temperature")) sp->temperature = f;
+        else if (!strcmp(k, "top_p")) sp->top_p = f;
+        else if (!strcmp(k, "min_p")) sp->min_p = f;
+        else if (!strcmp(k, "repetition_penalty")) sp->repetition_penalty = f;
+        else if (!strcmp(k, "presence_penalty")) sp->presence_penalty = f;
+        else sp->frequency_penalty = f;
+    } else if (!strcmp(k, "top_k")) {
+        *want = "an integer >= 0";
+        if ((*ok = json_int(it, 0, 1 << 30, &v))) sp->top_k = (int)v;
+    } else if (!strcmp(k, "penalty_last_n")) {
+        *want = "an integer in [0, 65536]";
+        if ((*ok = json_int(it, 0, SAMPLER_MAX_PENALTY_LAST_N, &v))) sp->penalty_last_n = (int)v;
+    } else if (!strcmp(k, "seed")) {
+        *want = "an integer in [0, 2^53]";
+        if ((*ok = json_int(it, 0, MAX_SEED, &v))) sp->seed = (uint64_t)v;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* What parse_field() found besides what it wrote into p. */
+struct body_seen {
+    const cJSON *prompt; /* the prompt field, checked last (it needs the tokenizer) */
+    bool max_given;      /* max_tokens was in the body */
+};
+
+/* One field of the body (key k) into p. Returns 0 or an HTTP status, with the message in err. */
+static int parse_field(const struct http_server *srv, const char *k, const cJSON *it, struct gen_params *p,
+                       struct body_seen *seen, char *err, size_t errlen)
+{
+    double v;
+    bool ok = true;
+    const char *want = NULL;
+    if (!strcmp(k, "prompt")) seen->prompt = it;
+    else if (!strcmp(k, "model")) ok = cJSON_IsString(it), want = "a string";
+    else if (!strcmp(k, "max_tokens")) {
+        want = "an integer in [0, max-tokens-cap]";
+        if ((ok = json_int(it, 0, srv->cfg.max_tokens_cap, &v))) p->req.max_tokens = (int)v, seen->max_given = true;
+        else if (cJSON_IsNumber(it) && floor(it->valuedouble) == it->valuedouble) {
+            snprintf(err, errlen, "'max_tokens' must be in [0, %d]", srv->cfg.max_tokens_cap);
+            return 400;
+        }
+    } else if (parse_sampling(k, it, &p->req.sampling, &ok, &want)) {
+    } else if (!strcmp(k, "stop")) return parse_stop(it, p, err, errlen);
+    else if (!strcmp(k, "ignore_eos")) {
+        want = "true or false";
+        if ((ok = cJSON_IsBool(it))) p->req.ignore_eos = cJSON_IsTrue(it);
+    } else if (!strcmp(k, "stream")) {
+        want = "true or false";
+        if ((ok = cJSON_IsBool(it))) p->stream = cJSON_IsTrue(it);
+    } else if (!strcmp(k, "logprobs")) {
+        want = "an integer in [0, 20]";
+        if ((ok = json_int(it, 0, SCHED_MAX_LOGPROBS, &v))) p->req.logprobs = (int)v;
+    } else {
+        snprintf(err, errlen,
+                 "unknown field '%s' (known: prompt, max_tokens, temperature, top_k, top_p, min_p, "
+                 "repetition_penalty, presence_penalty, frequency_penalty, penalty_last_n, seed, stop, "
+                 "ignore_eos, logprobs, stream, model)",
+                 k);
+        return 400;
+    }
+    if (ok) return 0;
+    snprintf(err, errlen, "'%s' must be %s", k, want);
+    return 400;
+}
+
 /* Checks every field of the body against its type and range. Returns 0 or an HTTP status. */
 static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *root, struct gen_params *p, char *err,
                       size_t errlen)
@@ -518,12 +575,11 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
         snprintf(err, errlen, "the body must be a JSON object");
         return 400;
     }
-    bool max_given = false;
+    struct body_seen seen = {0};
     p->req.max_tokens = DEFAULT_MAX_TOKENS;
     if (p->req.max_tokens > c->srv->cfg.max_tokens_cap) p->req.max_tokens = c->srv->cfg.max_tokens_cap;
     p->req.sampling = sampler_params_default();
-    struct sampler_params *sp = &p->req.sampling;
-    const cJSON *prompt = NULL, *it;
+    const cJSON *it;
     cJSON_ArrayForEach(it, root)
     {
         const char *k = it->string ? it->string : "";
@@ -532,74 +588,19 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
                 snprintf(err, errlen, "field '%s' appears twice", k);
                 return 400;
             }
-        double v;
-        bool ok = true;
-        const char *want = NULL;
-        if (!strcmp(k, "prompt")) prompt = it;
-        else if (!strcmp(k, "model")) ok = cJSON_IsString(it), want = "a string";
-        else if (!strcmp(k, "max_tokens")) {
-            want = "an integer in [0, max-tokens-cap]";
-            if ((ok = json_int(it, 0, c->srv->cfg.max_tokens_cap, &v))) p->req.max_tokens = (int)v, max_given = true;
-            else if (cJSON_IsNumber(it) && floor(it->valuedouble) == it->valuedouble) {
-                snprintf(err, errlen, "'max_tokens' must be in [0, %d]", c->srv->cfg.max_tokens_cap);
-                return 400;
-            }
-        } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "min_p") ||
-                   !strcmp(k, "repetition_penalty") || !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
-            want = "a number";
-            if ((ok = cJSON_IsNumber(it))) {
-                float f = (float)it->valuedouble;
-                if (!strcmp(k, "temperature")) sp->temperature = f;
-                else if (!strcmp(k, "top_p")) sp->top_p = f;
-                else if (!strcmp(k, "min_p")) sp->min_p = f;
-                else if (!strcmp(k, "repetition_penalty")) sp->repetition_penalty = f;
-                else if (!strcmp(k, "presence_penalty")) sp->presence_penalty = f;
-                else sp->frequency_penalty = f;
-            }
-        } else if (!strcmp(k, "top_k")) {
-            want = "an integer >= 0";
-            if ((ok = json_int(it, 0, 1 << 30, &v))) sp->top_k = (int)v;
-        } else if (!strcmp(k, "penalty_last_n")) {
-            want = "an integer in [0, 65536]";
-            if ((ok = json_int(it, 0, SAMPLER_MAX_PENALTY_LAST_N, &v))) sp->penalty_last_n = (int)v;
-        } else if (!strcmp(k, "seed")) {
-            want = "an integer in [0, 2^53]";
-            if ((ok = json_int(it, 0, MAX_SEED, &v))) sp->seed = (uint64_t)v;
-        } else if (!strcmp(k, "stop")) {
-            int code = parse_stop(it, p, err, errlen);
-            if (code) return code;
-        } else if (!strcmp(k, "ignore_eos")) {
-            want = "true or false";
-            if ((ok = cJSON_IsBool(it))) p->req.ignore_eos = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "stream")) {
-            want = "true or false";
-            if ((ok = cJSON_IsBool(it))) p->stream = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "logprobs")) {
-            want = "an integer in [0, 20]";
-            if ((ok = json_int(it, 0, SCHED_MAX_LOGPROBS, &v))) p->req.logprobs = (int)v;
-        } else {
-            snprintf(err, errlen,
-                     "unknown field '%s' (known: prompt, max_tokens, temperature, top_k, top_p, min_p, "
-                     "repetition_penalty, presence_penalty, frequency_penalty, penalty_last_n, seed, stop, "
-                     "ignore_eos, logprobs, stream, model)",
-                     k);
-            return 400;
-        }
-        if (!ok) {
-            snprintf(err, errlen, "'%s' must be %s", k, want);
-            return 400;
-        }
+        int code = parse_field(c->srv, k, it, p, &seen, err, errlen);
+        if (code) return code;
     }
-    if (!prompt) {
+    if (!seen.prompt) {
         snprintf(err, errlen, "'prompt' is required");
         return 400;
     }
-    if (sampler_params_validate(sp, err, errlen)) return 400;
-    int code = parse_prompt(prompt, e, p, err, errlen);
+    if (sampler_params_validate(&p->req.sampling, err, errlen)) return 400;
+    int code = parse_prompt(seen.prompt, e, p, err, errlen);
     if (code) return code;
     /* the default never overflows the context; an explicit max_tokens that does is a 400 */
     size_t room = (size_t)sched_n_ctx(e->sched) - p->n_prompt;
-    if (!max_given && (size_t)p->req.max_tokens > room) p->req.max_tokens = (int)room;
+    if (!seen.max_given && (size_t)p->req.max_tokens > room) p->req.max_tokens = (int)room;
     p->req.prompt = p->prompt;
     p->req.n_prompt = p->n_prompt;
     p->req.stops = p->stops;
@@ -610,33 +611,72 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
  * The route
  * ============================================================================================== */
 
-enum MHD_Result api_generate(struct api_conn *c)
+/* Parses the body as one JSON value with nothing but white space after it. Returns the tree,
+ * or NULL with the 400 answered (its result in *ret). */
+static cJSON *parse_json(struct api_conn *c, enum MHD_Result *ret)
 {
-    struct http_server *srv = c->srv;
-    if (!c->body_len) return api_error(c, 400, "the body is empty; send a JSON object with a 'prompt'");
-    char err[512] = "";
-    if (body_refused(c, err, sizeof err)) return api_error(c, 400, "%s", err);
+    if (!c->body_len) {
+        *ret = api_error(c, 400, "the body is empty; send a JSON object with a 'prompt'");
+        return NULL;
+    }
+    char why[512] = "";
+    if (body_refused(c, why, sizeof why)) {
+        *ret = api_error(c, 400, "%s", why);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
     if (!root) {
         size_t at = end && end >= c->body ? (size_t)(end - c->body) : 0;
-        return api_error(c, 400, "the body is not valid JSON (error near byte %zu)", at);
+        *ret = api_error(c, 400, "the body is not valid JSON (error near byte %zu)", at);
+        return NULL;
     }
     for (const char *q = end; q < c->body + c->body_len; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
             cJSON_Delete(root);
-            return api_error(c, 400, "the body has bytes after the JSON value (at byte %zu)", (size_t)(q - c->body));
+            *ret = api_error(c, 400, "the body has bytes after the JSON value (at byte %zu)", (size_t)(q - c->body));
+            return NULL;
         }
+    return root;
+}
 
+/* A request state holding the connection's and the scheduler's references; it takes over
+ * p->prompt. NULL when out of memory (p->prompt is then still the caller's). */
+static struct gen *gen_new(struct api_conn *c, const struct api_engine *e, struct gen_params *p)
+{
+    struct gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    pthread_mutex_init(&g->mu, NULL);
+    check_cond_init(&g->cv); /* waited on with check_deadline deadlines */
+    g->refs = 2; /* the connection and the scheduler */
+    g->srv = c->srv;
+    g->sched = e->sched;
+    g->stream = p->stream;
+    g->logprobs = p->req.logprobs;
+    g->fd = api_conn_fd(c);
+    g->prompt = p->prompt;
+    g->n_prompt = p->n_prompt;
+    g->prompt_tokens = (int)p->n_prompt;
+    snprintf(g->model_name, sizeof g->model_name, "%s", e->model->name ? e->model->name : "model");
+    return g;
+}
+
+enum MHD_Result api_generate(struct api_conn *c)
+{
+    struct http_server *srv = c->srv;
+    enum MHD_Result ret;
+    cJSON *root = parse_json(c, &ret);
+    if (!root) return ret;
     struct api_engine e;
     if (!api_engine_acquire(srv, &e)) {
         cJSON_Delete(root);
         return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
     }
+    char err[512] = "";
     struct gen_params p = {0};
     int code = parse_body(c, &e, root, &p, err, sizeof err);
-    struct gen *g = NULL;
-    if (!code && !(g = calloc(1, sizeof *g))) {
+    struct gen *g = code ? NULL : gen_new(c, &e, &p);
+    if (!code && !g) {
         code = 503;
         snprintf(err, sizeof err, "out of memory");
     }
@@ -644,25 +684,8 @@ enum MHD_Result api_generate(struct api_conn *c)
         api_engine_release(srv);
         cJSON_Delete(root);
         free(p.prompt);
-        if (code == 503) return api_error_hdr(c, 503, "Retry-After", "1", "%s", err);
-        return api_error(c, code, "%s", err);
+        return api_error_retry(c, code, "%s", err);
     }
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    g->refs = 2; /* the connection and the scheduler */
-    g->srv = srv;
-    g->sched = e.sched;
-    g->stream = p.stream;
-    g->logprobs = p.req.logprobs;
-    g->fd = api_conn_fd(c);
-    g->prompt = p.prompt;
-    g->n_prompt = p.n_prompt;
-    g->prompt_tokens = (int)p.n_prompt;
-    snprintf(g->model_name, sizeof g->model_name, "%s", e.model->name ? e.model->name : "model");
     g->t_submit = api_now();
     uint64_t id = 0;
     /* g->mu is not held: the scheduler may call back before sched_submit returns */
@@ -672,16 +695,12 @@ enum MHD_Result api_generate(struct api_conn *c)
     if (st) {
         g->refs = 1;
         gen_unref(g);
-        int hc = status_code(st);
-        if (hc == 503) return api_error_hdr(c, 503, "Retry-After", "1", "%s", err);
-        return api_error(c, hc, "%s", err);
+        return api_error_retry(c, api_status_code(st, false), "%s", err);
     }
     pthread_mutex_lock(&g->mu);
     g->id = id;
     pthread_mutex_unlock(&g->mu);
-    pthread_mutex_lock(&srv->mu);
-    srv->inflight++;
-    pthread_mutex_unlock(&srv->mu);
+    api_inflight_begin(srv);
     c->job = g;
     c->job_end = job_end;
     return g->stream ? answer_stream(c, g) : answer_whole(c, g);

@@ -1,6 +1,6 @@
-/* http.c - the HTTP server: listening socket, libmicrohttpd set-up, routing, authentication,
- * request bodies, the request log line, /health and /v1/models, and the helpers the other
- * route files share (api.h). See http.h for the lifecycle.
+/* http.c - the HTTP server: listening socket, libmicrohttpd set-up, the dispatcher (it walks
+ * the route table, routes.h: authentication, method, engine state, then the request body, then
+ * the route's handler), the request log line, and the lifecycle (attnd/http.h).
  *
  * Threads: libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a
  * route handler may block while the scheduler generates; the scheduler's callbacks run on the
@@ -10,265 +10,29 @@
 
 #include "attnd/check.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "attnd/log.h"
-#include "attnd/model.h"
-#include "attnd/sched.h"
-#include "attnd/utf8.h"
 #include "server/api/api.h"
-#include "server/api/attention.h"
+#include "server/api/buf.h"
 #include "server/api/errors.h"
-#include "server/api/generate.h"
-#include "server/api/logit_lens.h"
+#include "server/api/history.h"
 #include "server/api/metrics.h"
-#include "server/api/web.h"
+#include "server/api/routes.h"
 
 #define CONN_MEMORY_LIMIT (64 * 1024) /* per-connection buffer for headers and body chunks */
 #define BODY_DISCARD_MAX (64 * 1024)  /* bytes of an oversized chunked body read (and dropped) past the cap */
 
 /* ==============================================================================================
- * Small helpers (api.h)
+ * Admission and dispatch
  * ============================================================================================== */
-
-double api_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-bool api_peer_gone(int fd)
-{
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
-int api_conn_fd(struct api_conn *c)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? (int)ci->connect_fd : -1;
-}
-
-/* ---- api_buf --------------------------------------------------------------------------------- */
-
-static bool buf_reserve(struct api_buf *b, size_t extra)
-{
-    if (b->oom) return false;
-    if (extra > SIZE_MAX / 2 - b->len) {
-        b->oom = true;
-        return false;
-    }
-    size_t need = b->len + extra + 1;
-    if (need <= b->cap) return true;
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < need) nc *= 2;
-    char *p = realloc(b->p, nc);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->p = p;
-    b->cap = nc;
-    return true;
-}
-
-void api_buf_put(struct api_buf *b, const char *s, size_t n)
-{
-    if (!buf_reserve(b, n)) return;
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-void api_buf_puts(struct api_buf *b, const char *s) { api_buf_put(b, s, strlen(s)); }
-
-void api_buf_printf(struct api_buf *b, const char *fmt, ...)
-{
-    char small[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof small) {
-        api_buf_put(b, small, (size_t)n);
-        return;
-    }
-    if (!buf_reserve(b, (size_t)n)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void api_buf_json_str(struct api_buf *b, const char *s, size_t n)
-{
-    if (!buf_reserve(b, n + 2)) return;
-    api_buf_put(b, "\"", 1);
-    size_t i = 0;
-    while (i < n) {
-        /* copy the longest run that needs no escaping in one go */
-        size_t j = i;
-        while (j < n) {
-            unsigned char ch = (unsigned char)s[j];
-            if (ch < 0x20 || ch == '"' || ch == '\\') break;
-            if (ch < 0x80) {
-                j++;
-                continue;
-            }
-            size_t l = utf8_seq_len(s + j, n - j);
-            if (!l) break;
-            j += l;
-        }
-        api_buf_put(b, s + i, j - i);
-        if (j >= n) break;
-        unsigned char ch = (unsigned char)s[j];
-        if (ch == '"') api_buf_put(b, "\\\"", 2);
-        else if (ch == '\\') api_buf_put(b, "\\\\", 2);
-        else if (ch == '\n') api_buf_put(b, "\\n", 2);
-        else if (ch == '\r') api_buf_put(b, "\\r", 2);
-        else if (ch == '\t') api_buf_put(b, "\\t", 2);
-        else if (ch < 0x20) api_buf_printf(b, "\\u%04x", ch);
-        else api_buf_put(b, "\xEF\xBF\xBD", 3); /* a byte that is not valid UTF-8 */
-        i = j + 1;
-    }
-    api_buf_put(b, "\"", 1);
-}
-
-void api_buf_float(struct api_buf *b, double v)
-{
-    if (!isfinite(v)) api_buf_put(b, "null", 4);
-    else api_buf_printf(b, "%.9g", v);
-}
-
-char *api_buf_take(struct api_buf *b)
-{
-    char *p = NULL;
-    if (!b->oom) {
-        if (!b->p) buf_reserve(b, 0);
-        p = b->oom ? NULL : b->p;
-    }
-    if (!p) free(b->p);
-    *b = (struct api_buf){0};
-    return p;
-}
-
-void api_buf_free(struct api_buf *b)
-{
-    free(b->p);
-    *b = (struct api_buf){0};
-}
-
-/* ---- responses ------------------------------------------------------------------------------- */
-
-enum MHD_Result api_respond(struct api_conn *c, int code, const char *ctype, char *body, size_t len,
-                            const char *const *headers)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2) MHD_add_response_header(r, headers[i], headers[i + 1]);
-    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)code, r);
-    MHD_destroy_response(r);
-    if (ok == MHD_YES) {
-        c->status = code;
-        c->responded = true;
-    }
-    return ok;
-}
-
-enum MHD_Result api_respond_json(struct api_conn *c, int code, cJSON *obj)
-{
-    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
-    cJSON_Delete(obj);
-    if (!s) return api_error(c, 500, "out of memory");
-    size_t len = strlen(s);
-    /* cJSON allocates with malloc (the default hooks), so MHD may free() it */
-    char *body = realloc(s, len + 2);
-    if (!body) {
-        free(s);
-        return api_error(c, 500, "out of memory");
-    }
-    body[len++] = '\n';
-    body[len] = 0;
-    return api_respond(c, code, "application/json", body, len, NULL);
-}
-
-/* ---- engine guard ---------------------------------------------------------------------------- */
-
-bool api_engine_acquire(struct http_server *srv, struct api_engine *e)
-{
-    pthread_rwlock_rdlock(&srv->engine_lock);
-    if (!srv->sched) {
-        pthread_rwlock_unlock(&srv->engine_lock);
-        return false;
-    }
-    e->model = srv->model;
-    e->tok = srv->tok;
-    e->sched = srv->sched;
-    return true;
-}
-
-void api_engine_release(struct http_server *srv) { pthread_rwlock_unlock(&srv->engine_lock); }
-
-/* ==============================================================================================
- * Routes
- * ============================================================================================== */
-
-struct route {
-    const char *path;
-    enum api_route id;
-    const char *allow; /* methods, as the Allow header lists them */
-    bool open;         /* no API key needed */
-};
-
-static const struct route g_routes[] = {
-    {"/health", API_ROUTE_HEALTH, "GET, HEAD", true},
-    {"/v1/models", API_ROUTE_MODELS, "GET, HEAD", false},
-    {"/v1/generate", API_ROUTE_GENERATE, "POST", false},
-    {"/attention", API_ROUTE_ATTENTION, "GET, HEAD", false},
-    {"/metrics", API_ROUTE_METRICS, "GET, HEAD", false},
-    {"/logit_lens", API_ROUTE_LOGIT_LENS, "GET, HEAD", false},
-    {"/", API_ROUTE_WEB, "GET, HEAD", true}, /* static files, no secrets: the page asks for the key */
-};
-
-const char *api_route_name(enum api_route r)
-{
-    for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++)
-        if (g_routes[i].id == r) return g_routes[i].path;
-    return "other";
-}
-
-static const struct route *find_route(const char *url)
-{
-    for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++)
-        if (!strcmp(url, g_routes[i].path)) return &g_routes[i];
-    if (api_web_has(url)) return find_route("/");
-    return NULL;
-}
-
-static bool method_allowed(const struct route *r, const char *method)
-{
-    if (r->id == API_ROUTE_GENERATE) return !strcmp(method, "POST");
-    return !strcmp(method, "GET") || !strcmp(method, "HEAD");
-}
 
 /* Constant-time in the length of the configured key: every byte of it is compared. */
 static bool key_matches(const struct http_server *srv, const char *given, size_t glen)
@@ -292,60 +56,30 @@ static bool authorized(struct api_conn *c)
     return key_matches(srv, h, n);
 }
 
-static enum MHD_Result route_health(struct api_conn *c)
+/* The 404 answer: names every route of the table. */
+static enum MHD_Result no_route(struct api_conn *c)
 {
-    int st = atomic_load(&c->srv->state);
-    const char *s = st == API_STATE_READY ? "ok" : st == API_STATE_LOADING ? "loading" : "stopping";
-    cJSON *o = cJSON_CreateObject();
-    if (o) cJSON_AddStringToObject(o, "status", s);
-    struct api_engine e;
-    if (o && api_engine_acquire(c->srv, &e)) {
-        cJSON_AddStringToObject(o, "backend", sched_backend(e.sched));
-        cJSON_AddStringToObject(o, "device", sched_device(e.sched));
-        api_engine_release(c->srv);
-    }
-    return api_respond_json(c, st == API_STATE_READY ? 200 : 503, o);
-}
-
-static enum MHD_Result route_models(struct api_conn *c)
-{
-    struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
-    const struct model *m = e.model;
-    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *it = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddItemToArray(data, it);
-    cJSON_AddStringToObject(it, "id", m->name ? m->name : "model");
-    cJSON_AddStringToObject(it, "object", "model");
-    cJSON_AddNumberToObject(it, "created", 0);
-    cJSON_AddStringToObject(it, "owned_by", "attnd");
-    cJSON_AddStringToObject(it, "arch", m->hp.arch_name);
-    cJSON_AddNumberToObject(it, "context_length", sched_n_ctx(e.sched));
-    cJSON_AddNumberToObject(it, "n_ctx_train", m->hp.n_ctx_train);
-    cJSON_AddNumberToObject(it, "n_vocab", m->hp.n_vocab);
-    cJSON_AddNumberToObject(it, "n_layer", m->hp.n_layer);
-    cJSON_AddNumberToObject(it, "n_head", m->hp.n_head);
-    cJSON_AddNumberToObject(it, "n_head_kv", m->hp.n_head_kv);
-    cJSON_AddNumberToObject(it, "head_dim", m->hp.head_dim);
-    cJSON_AddNumberToObject(it, "n_params", (double)model_n_params(m));
-    api_engine_release(c->srv);
-    return api_respond_json(c, 200, o);
+    struct api_buf list = {0};
+    for (size_t i = 0; i < api_n_routes; i++) api_buf_printf(&list, "%s%s", i ? ", " : "", api_routes[i].path);
+    enum MHD_Result r = api_error(c, 404, "no route %s (routes: %s)", c->path, list.p ? list.p : "");
+    api_buf_free(&list);
+    return r;
 }
 
 /* First call for a request (headers read, body not yet): everything that can be refused
  * before reading the body is refused here. Returns MHD_YES to go on (possibly with an error
  * already queued; the body is then discarded). */
-static enum MHD_Result admit(struct api_conn *c, const struct route *r, const char *method)
+static enum MHD_Result admit(struct api_conn *c, const struct api_route *r, const char *method)
 {
     struct http_server *srv = c->srv;
     if (!(r && r->open) && !authorized(c))
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");
-    if (!r) return api_error(c, 404, "no route %s (routes: /v1/generate, /attention, /logit_lens, /health, /v1/models, /metrics, / for the playground)", c->path);
-    if (!method_allowed(r, method))
-        return api_error_hdr(c, 405, "Allow", r->allow, "%s does not accept %s (allowed: %s)", r->path, c->method, r->allow);
+    if (!r) return no_route(c);
+    if (!api_route_allows(r, method))
+        return api_error_hdr(c, 405, "Allow", r->methods, "%s does not accept %s (allowed: %s)", r->path, c->method,
+                             r->methods);
     int st = atomic_load(&srv->state);
-    if (r->id == API_ROUTE_GENERATE || r->id == API_ROUTE_ATTENTION || r->id == API_ROUTE_LOGIT_LENS ||
-        r->id == API_ROUTE_MODELS) {
+    if (r->needs_engine) {
         if (st == API_STATE_LOADING) return api_error_hdr(c, 503, "Retry-After", "1", "the model is still loading");
         if (st == API_STATE_STOPPING) return api_error_hdr(c, 503, "Retry-After", "1", "the server is shutting down");
     }
@@ -399,10 +133,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         c->t_start = api_now();
         snprintf(c->method, sizeof c->method, "%s", method);
         snprintf(c->path, sizeof c->path, "%s", url);
-        const struct route *r = find_route(url);
-        c->route = r ? r->id : API_ROUTE_OTHER;
+        c->route = api_route_find(url);
         *con_cls = c;
-        return admit(c, r, method);
+        return admit(c, c->route, method);
     }
     c->mc = mc;
     if (*upload_size) {
@@ -418,16 +151,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     if (c->responded) return MHD_YES;
     if (c->body_err == 413) return api_error(c, 413, "the request body is larger than %zu bytes", srv->cfg.max_body);
     if (c->body_err) return api_error(c, 503, "out of memory for the request body");
-    switch (c->route) {
-    case API_ROUTE_HEALTH: return route_health(c);
-    case API_ROUTE_MODELS: return route_models(c);
-    case API_ROUTE_GENERATE: return api_generate(c);
-    case API_ROUTE_ATTENTION: return api_attention(c);
-    case API_ROUTE_METRICS: return metrics_route(c);
-    case API_ROUTE_LOGIT_LENS: return api_logit_lens(c);
-    case API_ROUTE_WEB: return api_web(c);
-    default: return api_error(c, 404, "no route %s", c->path);
-    }
+    if (!c->route) return no_route(c); /* not reached: admit() answered */
+    return c->route->handler(c);
 }
 
 /* Copies s into out (cap bytes, NUL-terminated, cut to fit) with every byte outside printable
@@ -462,7 +187,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
                  c->completion_tokens, ok ? "" : " (connection ended early)");
     else
         log_info("%s %s %d %.1f ms%s", method, path, status, ms, ok ? "" : " (connection ended early)");
-    metrics_request(srv->metrics, c->route, status);
+    metrics_request(srv->metrics, c->route ? (size_t)(c->route - api_routes) : api_n_routes, status);
     free(c->body);
     free(c);
 }
@@ -543,6 +268,18 @@ static attnd_status open_listener(struct http_server *srv, char *err, size_t err
     return ATTND_OK;
 }
 
+/* The metrics, keyed by the route table's lines and the error types. */
+static attnd_status create_metrics(struct http_server *srv)
+{
+    const char *names[api_n_routes];
+    for (size_t i = 0; i < api_n_routes; i++) names[i] = api_routes[i].path;
+    const struct metrics_labels labels = {.routes = names,
+                                          .n_routes = api_n_routes,
+                                          .error_types = api_error_kind_names,
+                                          .n_error_types = API_ERROR_KIND_COUNT};
+    return metrics_create(&labels, &srv->metrics);
+}
+
 attnd_status http_create(const struct http_config *cfg, struct http_server **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -558,7 +295,7 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     srv->listen_fd = -1;
     pthread_rwlock_init(&srv->engine_lock, NULL);
     pthread_mutex_init(&srv->mu, NULL);
-    pthread_cond_init(&srv->cv, NULL);
+    check_cond_init(&srv->cv); /* http_wait_idle waits on it with a check_deadline */
     atomic_init(&srv->state, API_STATE_LOADING);
     attnd_status st = ATTND_ERR_NOMEM;
     srv->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
@@ -568,8 +305,7 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     }
     srv->cfg.host = srv->host;
     srv->cfg.api_key = srv->api_key;
-    srv->history = calloc((size_t)cfg->keep_requests, sizeof *srv->history);
-    if (!srv->host || !srv->history || metrics_create(&srv->metrics)) {
+    if (!srv->host || api_history_create(cfg->keep_requests, &srv->history) || create_metrics(srv)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -656,8 +392,7 @@ void http_destroy(struct http_server *srv)
     if (srv->mhd) MHD_stop_daemon(srv->mhd);
     if (srv->listen_fd >= 0) close(srv->listen_fd);
     http_detach_engine(srv);
-    for (int i = 0; srv->history && i < srv->cfg.keep_requests; i++) free(srv->history[i].tokens);
-    free(srv->history);
+    api_history_destroy(srv->history);
     metrics_destroy(srv->metrics);
     free(srv->host);
     free(srv->api_key);

@@ -2,7 +2,7 @@
  * request, what each layer's residual stream would predict if it were the last one (passed
  * through the final RMSNorm and the output layer), as the top K next-token probabilities per
  * layer. The engine work is sched_logit_lens(); the request is looked up in the same history
- * of finished requests that /attention reads. */
+ * of finished requests that /attention reads (history.h, lookup.h). */
 #ifndef ATTND_API_LOGIT_LENS_H
 #define ATTND_API_LOGIT_LENS_H
 

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "attnd/forward.h"
+#include "attnd/genstep.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
@@ -71,6 +72,114 @@ static void emit(struct sink *s, const char *p, size_t n)
     memcpy(s->buf + s->len, p, n);
     s->len += n;
     s->buf[s->len] = 0;
+}
+
+struct run_times {
+    double pp_s, tg_s; /* prompt and generation wall time */
+};
+
+/* The generation loop: the prompt in one evaluation, then one generation step (genstep.h) and
+ * one decode evaluation per token until a stop, n_predict tokens or a full context. Generated
+ * ids go to gen[*ng], text to out, the reason to *finish. Returns 1 (message printed) if an
+ * evaluation failed. */
+static int generate(struct fwd_ctx *c, struct gen *g, const int32_t *ptoks, size_t np, long n_predict, float *logits,
+                    int32_t *gen, size_t *ng, struct sink *out, const char **finish, struct run_times *rt)
+{
+    double t0 = now_s();
+    if (fwd_eval(c, ptoks, (int)np, false, logits)) {
+        fprintf(stderr, "attnd run: evaluation failed\n");
+        return 1;
+    }
+    double t1 = now_s();
+    while ((long)*ng < n_predict) {
+        struct gen_token gt;
+        if (gen_step(g, logits, &gt)) {
+            fprintf(stderr, "attnd run: the model produced no finite logits\n");
+            return 1;
+        }
+        gen[(*ng)++] = gt.id;
+        emit(out, gt.text, gt.len);
+        if (gt.end == GEN_STOP) *finish = "stop";
+        if (gt.end != GEN_MORE || fwd_n_past(c) >= fwd_n_ctx(c)) break;
+        if (fwd_eval(c, &gen[*ng - 1], 1, false, logits)) {
+            fprintf(stderr, "attnd run: evaluation failed\n");
+            return 1;
+        }
+    }
+    const char *tail;
+    size_t tail_len;
+    gen_finish(g, &tail, &tail_len); /* what the detokenizer and the stop matcher still hold */
+    emit(out, tail, tail_len);
+    rt->pp_s = t1 - t0;
+    rt->tg_s = now_s() - t1;
+    return 0;
+}
+
+/* Prints the --json object, or the newline and the speed line on stderr. */
+static void report(const struct sink *out, const struct fwd_ctx *c, const int32_t *ptoks, size_t np,
+                   const int32_t *gen, size_t ng, const char *finish, const struct run_times *rt)
+{
+    double pp_tps = rt->pp_s > 0 ? (double)np / rt->pp_s : 0, tg_tps = rt->tg_s > 0 && ng ? (double)ng / rt->tg_s : 0;
+    if (!out->json) {
+        putchar('\n');
+        fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s); finish: %s; backend: %s, %s\n",
+                np, rt->pp_s * 1e3, pp_tps, ng, rt->tg_s * 1e3, tg_tps, finish, fwd_backend_name(c), fwd_device_name(c));
+        return;
+    }
+    cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateObject();
+    cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens");
+    for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
+    cJSON *ga = cJSON_AddArrayToObject(o, "tokens");
+    for (size_t i = 0; i < ng; i++) cJSON_AddItemToArray(ga, cJSON_CreateNumber(gen[i]));
+    char *text = utf8_sanitize(out->buf ? out->buf : "", out->len, NULL);
+    cJSON_AddStringToObject(o, "text", text ? text : "");
+    free(text);
+    cJSON_AddStringToObject(o, "finish_reason", finish);
+    cJSON_AddStringToObject(o, "backend", fwd_backend_name(c));
+    cJSON_AddStringToObject(o, "device", fwd_device_name(c));
+    cJSON_AddNumberToObject(t, "prompt_tokens_per_s", pp_tps);
+    cJSON_AddNumberToObject(t, "generation_tokens_per_s", tg_tps);
+    cJSON_AddNumberToObject(t, "prompt_ms", rt->pp_s * 1e3);
+    cJSON_AddNumberToObject(t, "generation_ms", rt->tg_s * 1e3);
+    cJSON_AddItemToObject(o, "timings", t);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* Loads the model and its tokenizer and the prompt's token ids (--tokens, or -p tokenized),
+ * each checked. Returns 0, or the exit code (message printed): 1 for a file or tokenizer
+ * failure, 2 for a bad prompt. */
+static int load_inputs(const char *model_path, const char *prompt, const char *tokens_arg, int special,
+                       struct model **m, struct tokenizer **tok, int32_t **ptoks, size_t *np)
+{
+    char err[512];
+    if (model_load(model_path, m, err, sizeof err)) {
+        fprintf(stderr, "attnd run: %s\n", err);
+        return 1;
+    }
+    if (tok_create((*m)->gguf, tok, err, sizeof err)) {
+        fprintf(stderr, "attnd run: %s: tokenizer: %s\n", model_path, err);
+        return 1;
+    }
+    if (tokens_arg) {
+        if (cli_int_list("--tokens", tokens_arg, ptoks, np)) return 2;
+    } else if (tok_encode(*tok, prompt, strlen(prompt), true, special, ptoks, np)) {
+        fprintf(stderr, "attnd run: could not tokenize the prompt\n");
+        return 1;
+    }
+    const int V = (*m)->hp.n_vocab;
+    for (size_t i = 0; i < *np; i++)
+        if ((*ptoks)[i] < 0 || (*ptoks)[i] >= V) {
+            fprintf(stderr, "attnd run: token id %d is outside the vocabulary (%d entries)\n", (*ptoks)[i], V);
+            return 2;
+        }
+    if (*np == 0) {
+        fprintf(stderr, "attnd run: the prompt is empty (and the model adds no BOS token)\n");
+        return 2;
+    }
+    return 0;
 }
 
 int cmd_run(int argc, char **argv)
@@ -157,44 +266,16 @@ int cmd_run(int argc, char **argv)
     struct model *m = NULL;
     struct tokenizer *tok = NULL;
     struct fwd_ctx *c = NULL;
-    struct sampler *smp = NULL;
-    struct stop_matcher *stop = NULL;
-    struct tok_stream *ts = NULL;
+    struct gen *g = NULL;
     int32_t *ptoks = NULL, *gen = NULL;
     size_t np = 0, ng = 0;
     float *logits = NULL;
     struct sink out = {.json = json};
     const char *finish = "length";
 
-    if (model_load(model_path, &m, err, sizeof err)) {
-        fprintf(stderr, "attnd run: %s\n", err);
-        goto done;
-    }
-    if (tok_create(m->gguf, &tok, err, sizeof err)) {
-        fprintf(stderr, "attnd run: %s: tokenizer: %s\n", model_path, err);
-        goto done;
-    }
-    if (tokens_arg) {
-        if (cli_int_list("--tokens", tokens_arg, &ptoks, &np)) {
-            rc = 2;
-            goto done;
-        }
-    } else if (tok_encode(tok, prompt, strlen(prompt), true, special, &ptoks, &np)) {
-        fprintf(stderr, "attnd run: could not tokenize the prompt\n");
-        goto done;
-    }
+    if ((rc = load_inputs(model_path, prompt, tokens_arg, special, &m, &tok, &ptoks, &np))) goto done;
+    rc = 1;
     const int V = m->hp.n_vocab;
-    for (size_t i = 0; i < np; i++)
-        if (ptoks[i] < 0 || ptoks[i] >= V) {
-            fprintf(stderr, "attnd run: token id %d is outside the vocabulary (%d entries)\n", ptoks[i], V);
-            rc = 2;
-            goto done;
-        }
-    if (np == 0) {
-        fprintf(stderr, "attnd run: the prompt is empty (and the model adds no BOS token)\n");
-        rc = 2;
-        goto done;
-    }
     long ctx = n_ctx ? n_ctx : (long)np + n_predict;
     if (ctx > m->hp.n_ctx_train && !n_ctx) ctx = m->hp.n_ctx_train;
     if ((long)np + (n_predict ? 1 : 0) > ctx) {
@@ -211,93 +292,23 @@ int cmd_run(int argc, char **argv)
                 fwd_backend_error()[0] ? fwd_backend_error() : "out of memory");
         goto done;
     }
-    if (!logits || !gen || sampler_create(&sp, V, &smp) ||
-        stop_create(stops, n_stops, &stop) || tok_stream_create(tok, special ? TOK_DECODE_SPECIAL : 0, &ts)) {
+    const struct gen_opts go = {.sampling = sp, .stops = stops, .n_stops = n_stops, .ignore_eos = ignore_eos,
+                                .decode_flags = special ? TOK_DECODE_SPECIAL : 0, .max_tokens = (int)n_predict};
+    if (!logits || !gen || gen_create(tok, V, &go, &g)) {
         fprintf(stderr, "attnd run: out of memory\n");
         goto done;
     }
-    for (size_t i = 0; i < np; i++) sampler_accept(smp, ptoks[i]);
-
-    double t0 = now_s();
-    if (fwd_eval(c, ptoks, (int)np, false, logits)) {
-        fprintf(stderr, "attnd run: evaluation failed\n");
-        goto done;
-    }
-    double t1 = now_s(), t_gen_start = t1;
-    size_t piece_cap = tok_max_piece(tok) + 8;
-    char *piece = malloc(piece_cap);
-    if (!piece) goto done;
-    struct stop_out so;
-    while ((long)ng < n_predict) {
-        int id = sampler_sample(smp, logits);
-        gen[ng++] = id;
-        sampler_accept(smp, id);
-        if (!ignore_eos && tok_is_eog(tok, id)) {
-            finish = "stop";
-            break;
-        }
-        size_t n = 0;
-        tok_stream_push(ts, id, piece, piece_cap, &n);
-        stop_feed(stop, piece, n, &so);
-        emit(&out, so.text, so.len);
-        if (so.stop >= 0) {
-            finish = "stop";
-            break;
-        }
-        if ((long)ng == n_predict || fwd_n_past(c) >= fwd_n_ctx(c)) break;
-        if (fwd_eval(c, &gen[ng - 1], 1, false, logits)) {
-            fprintf(stderr, "attnd run: evaluation failed\n");
-            free(piece);
-            goto done;
-        }
-    }
-    { /* release what the detokenizer and the stop matcher still hold */
-        size_t n = 0;
-        tok_stream_flush(ts, piece, piece_cap, &n);
-        stop_feed(stop, piece, n, &so);
-        emit(&out, so.text, so.len);
-        stop_flush(stop, &so);
-        emit(&out, so.text, so.len);
-    }
-    free(piece);
-    double t2 = now_s();
-    double pp_s = t1 - t0, tg_s = t2 - t_gen_start;
-    double pp_tps = pp_s > 0 ? (double)np / pp_s : 0, tg_tps = tg_s > 0 && ng ? (double)ng / tg_s : 0;
-    if (json) {
-        cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateObject();
-        cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens");
-        for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
-        cJSON *ga = cJSON_AddArrayToObject(o, "tokens");
-        for (size_t i = 0; i < ng; i++) cJSON_AddItemToArray(ga, cJSON_CreateNumber(gen[i]));
-        char *text = utf8_sanitize(out.buf ? out.buf : "", out.len, NULL);
-        cJSON_AddStringToObject(o, "text", text ? text : "");
-        free(text);
-        cJSON_AddStringToObject(o, "finish_reason", finish);
-        cJSON_AddStringToObject(o, "backend", fwd_backend_name(c));
-        cJSON_AddStringToObject(o, "device", fwd_device_name(c));
-        cJSON_AddNumberToObject(t, "prompt_tokens_per_s", pp_tps);
-        cJSON_AddNumberToObject(t, "generation_tokens_per_s", tg_tps);
-        cJSON_AddNumberToObject(t, "prompt_ms", pp_s * 1e3);
-        cJSON_AddNumberToObject(t, "generation_ms", tg_s * 1e3);
-        cJSON_AddItemToObject(o, "timings", t);
-        char *s = cJSON_PrintUnformatted(o);
-        if (s) puts(s);
-        free(s);
-        cJSON_Delete(o);
-    } else {
-        putchar('\n');
-        fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s); finish: %s; backend: %s, %s\n",
-                np, pp_s * 1e3, pp_tps, ng, tg_s * 1e3, tg_tps, finish, fwd_backend_name(c), fwd_device_name(c));
-    }
+    gen_accept_context(g, ptoks, np);
+    struct run_times rt;
+    if (generate(c, g, ptoks, np, n_predict, logits, gen, &ng, &out, &finish, &rt)) goto done;
+    report(&out, c, ptoks, np, gen, ng, finish, &rt);
     rc = 0;
 done:
     free(out.buf);
     free(logits);
     free(gen);
     free(ptoks);
-    tok_stream_destroy(ts);
-    stop_destroy(stop);
-    sampler_destroy(smp);
+    gen_destroy(g);
     fwd_destroy(c);
     tok_destroy(tok);
     model_destroy(m);

@@ -1,4 +1,5 @@
-/* forward_vk.c - one forward step on a Vulkan device (see forward_vk.h). */
+/* forward_vk.c - one forward step on a Vulkan device: the "vulkan" backend of forward_backend.h
+ * (see forward_vk.h). */
 #include "server/engine/forward_vk.h"
 
 #include <math.h>
@@ -250,15 +251,20 @@ struct vkf {
 };
 
 /* idx layout: [0, B) tokens | [B, 2B) KV slots | [2B, 3B) logit rows | [3B, 4B) identity | 4B: resid row */
-#define IDX_TOK(B) 0
+#define IDX_TOK(B) ((size_t)(B) * 0)
 #define IDX_SLOT(B) ((size_t)(B))
 #define IDX_ROWS(B) (2 * (size_t)(B))
 #define IDX_IDENT(B) (3 * (size_t)(B))
 #define IDX_RESID(B) (4 * (size_t)(B))
 
-const char *vkf_device_name(const struct vkf *v) { return vkb_device_limits(v->e->dev)->name; }
-bool vkf_device_is_cpu(const struct vkf *v) { return vkb_device_limits(v->e->dev)->is_cpu != 0; }
-unsigned vkf_validation_errors(const struct vkf *v) { return vkb_validation_errors(v->e->dev); }
+static const char *vk_device_name(const void *state)
+{
+    return vkb_device_limits(((const struct vkf *)state)->e->dev)->name;
+}
+static unsigned vk_validation_errors(const void *state)
+{
+    return vkb_validation_errors(((const struct vkf *)state)->e->dev);
+}
 
 static void pools_free(struct vkf *v, struct dev_pools *p)
 {
@@ -272,8 +278,9 @@ static void pools_free(struct vkf *v, struct dev_pools *p)
     memset(p, 0, sizeof *p);
 }
 
-void vkf_destroy(struct vkf *v)
+static void vk_destroy(void *state)
 {
+    struct vkf *v = state;
     if (!v) return;
     if (v->e) {
         struct vkb_device *d = v->e->dev;
@@ -300,17 +307,18 @@ static attnd_status mkbuf(struct vkf *v, size_t floats, struct vkb_buffer **b)
     return vkb_buffer_create(v->e->dev, (floats ? floats : 1) * sizeof(float), b);
 }
 
-attnd_status vkf_create(const struct model *m, int device_index, int n_batch, const double *rope_inv_freq,
-                        bool need_gpu, struct vkf **out, char *why, size_t why_n)
+static attnd_status vk_create(const struct model *m, const struct fwd_backend_cfg *cfg, void **out, char *why,
+                              size_t why_n)
 {
     *out = NULL;
+    const int n_batch = cfg->n_batch;
     if (why_n) why[0] = 0;
     const struct model_hparams *hp = &m->hp;
     struct vkf *v = calloc(1, sizeof *v);
     if (!v) return ATTND_ERR_NOMEM;
     v->m = m;
     v->n_batch = n_batch;
-    attnd_status st = engine_get(m, device_index, need_gpu, &v->e, why, why_n);
+    attnd_status st = engine_get(m, cfg->vk_device, cfg->need_gpu, &v->e, why, why_n);
     if (st) {
         free(v);
         return st;
@@ -326,7 +334,7 @@ attnd_status vkf_create(const struct model *m, int device_index, int n_batch, co
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
-    memcpy(v->inv_freq, rope_inv_freq, half * sizeof(double));
+    memcpy(v->inv_freq, cfg->rope_inv_freq, half * sizeof(double));
     pthread_mutex_lock(v->e->lockp);
     if ((st = mkbuf(v, B * d, &v->x)) || (st = mkbuf(v, B * (d > nq ? d : nq), &v->h)) ||
         (st = mkbuf(v, B * nq, &v->q)) || (st = mkbuf(v, B * nkv, &v->k)) || (st = mkbuf(v, B * nkv, &v->v)) ||
@@ -339,7 +347,7 @@ attnd_status vkf_create(const struct model *m, int device_index, int n_batch, co
     *out = v;
     return ATTND_OK;
 fail:
-    vkf_destroy(v);
+    vk_destroy(v);
     return st;
 }
 
@@ -395,7 +403,7 @@ static attnd_status grow(struct vkf *v, struct vkb_buffer **b, size_t floats)
 /* Offset in floats of a 1-D model tensor inside the uploaded f32 arena. */
 static size_t f32_off(const struct model *m, const float *p) { return (size_t)(p - m->f32_arena); }
 
-static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_pools *P, const struct vkf_probe *probe,
+static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_pools *P, const struct fwd_probe *probe,
                                  int resid_row)
 {
     const struct model *m = v->m;
@@ -462,35 +470,26 @@ static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_p
     return ATTND_OK;
 }
 
-attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd_seq *seqs, int n_seqs, int T,
-                            const int32_t *pos, const struct vkf_probe *probe)
+/* The host tables of a step (tokens, KV slots, logit rows, identity rows, cos/sin per token)
+ * and the FA2 work list; *n_rows gets the logit rows, *resid_row the residual-probe row or -1. */
+static void fill_tables(struct vkf *v, const struct fwd_step *s, size_t *n_rows, int *resid_row)
 {
-    const struct model *m = v->m;
-    const struct model_hparams *hp = &m->hp;
-    struct engine *e = v->e;
-    struct vkb_device *d = e->dev;
-    const size_t B = (size_t)v->n_batch, D = (size_t)hp->n_embd, V = (size_t)hp->n_vocab,
-                 nq = (size_t)hp->n_head * hp->head_dim, half = (size_t)hp->n_rot / 2;
-    attnd_status st;
-    pthread_mutex_lock(e->lockp);
-    struct dev_pools *P;
-    if ((st = get_pools(v, kv, &P))) goto out;
-
-    /* host tables: tokens, KV slots, logit rows, identity, cos/sin */
+    const size_t B = (size_t)v->n_batch, half = (size_t)v->m->hp.n_rot / 2;
+    const int32_t *pos = s->pos;
     int32_t *ih = v->idx_host;
-    size_t n_rows = 0;
-    int resid_row = -1;
-    for (int i = 0, t = 0; i < n_seqs; i++) {
-        const int32_t *bt = kv_seq_block_table(seqs[i].kv);
-        const int pos0 = pos[t];
-        v->fseqs[i] = (struct fa2_seq){.n_q = seqs[i].n, .pos0 = pos0, .block_table = bt};
-        const int first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
-        for (int k = 0; k < seqs[i].n; k++, t++) {
-            ih[IDX_TOK(B) + (size_t)t] = seqs[i].tokens[k];
+    *n_rows = 0;
+    *resid_row = -1;
+    for (int i = 0, t = 0; i < s->n_seqs; i++) {
+        const struct fwd_seq *q = &s->seqs[i];
+        const int32_t *bt = kv_seq_block_table(q->kv);
+        v->fseqs[i] = (struct fa2_seq){.n_q = q->n, .pos0 = pos[t], .block_table = bt};
+        const int first = q->all_logits ? 0 : q->n - 1;
+        for (int k = 0; k < q->n; k++, t++) {
+            ih[IDX_TOK(B) + (size_t)t] = q->tokens[k];
             ih[IDX_SLOT(B) + (size_t)t] = bt[pos[t] / KV_BLOCK_SIZE] * KV_BLOCK_SIZE + pos[t] % KV_BLOCK_SIZE;
             ih[IDX_IDENT(B) + (size_t)t] = t;
-            if (seqs[i].logits && k >= first) ih[IDX_ROWS(B) + n_rows++] = t;
-            if (probe && probe->resid && pos[t] == probe->resid_pos) resid_row = t;
+            if (q->logits && k >= first) ih[IDX_ROWS(B) + (*n_rows)++] = t;
+            if (s->probe->resid && pos[t] == s->probe->resid_pos) *resid_row = t;
             for (size_t j = 0; j < half; j++) {
                 const double th = (double)pos[t] * v->inv_freq[j];
                 v->cs_host[((size_t)t * half + j) * 2] = (float)cos(th);
@@ -498,85 +497,143 @@ attnd_status vkf_eval_batch(struct vkf *v, struct kv_cache *kv, const struct fwd
             }
         }
     }
-    ih[IDX_RESID(B)] = resid_row;
-    if ((st = vkb_buffer_write(d, v->idx, 0, ih, (4 * B + 1) * sizeof(int32_t))) ||
-        (st = vkb_buffer_write(d, v->cs, 0, v->cs_host, (size_t)T * half * 2 * sizeof(float))))
-        goto out;
-    if (n_rows && ((st = grow(v, &v->rows, n_rows * D)) || (st = grow(v, &v->logits, n_rows * V)))) goto out;
-    const bool pq = probe && probe->layer >= 0 && probe->q, pa = probe && probe->layer >= 0 && probe->att;
-    if ((pq && (st = grow(v, &v->probe_q, B * nq))) || (pa && (st = grow(v, &v->probe_att, B * nq))) ||
-        (resid_row >= 0 && (st = grow(v, &v->probe_resid, (size_t)hp->n_layer * D))))
-        goto out;
+    ih[IDX_RESID(B)] = *resid_row;
+}
 
-    /* attention plan: the same for every layer */
+/* Uploads the tables, grows the gathered-row, logit and probe buffers, builds the FA2 plan. */
+static attnd_status step_buffers(struct vkf *v, const struct fwd_step *s, size_t n_rows, int resid_row)
+{
+    const struct model_hparams *hp = &v->m->hp;
+    struct vkb_device *d = v->e->dev;
+    const size_t B = (size_t)v->n_batch, D = (size_t)hp->n_embd, V = (size_t)hp->n_vocab,
+                 nq = (size_t)hp->n_head * hp->head_dim, half = (size_t)hp->n_rot / 2;
+    const struct fwd_probe *pr = s->probe;
+    attnd_status st;
+    if ((st = vkb_buffer_write(d, v->idx, 0, v->idx_host, (4 * B + 1) * sizeof(int32_t))) ||
+        (st = vkb_buffer_write(d, v->cs, 0, v->cs_host, (size_t)s->n_tokens * half * 2 * sizeof(float))))
+        return st;
+    if (n_rows && ((st = grow(v, &v->rows, n_rows * D)) || (st = grow(v, &v->logits, n_rows * V)))) return st;
+    if ((pr->layer >= 0 && pr->q && (st = grow(v, &v->probe_q, B * nq))) ||
+        (pr->layer >= 0 && pr->att && (st = grow(v, &v->probe_att, B * nq))) ||
+        (resid_row >= 0 && (st = grow(v, &v->probe_resid, (size_t)hp->n_layer * D))))
+        return st;
     int n_decode = 0;
-    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n == 1;
+    for (int i = 0; i < s->n_seqs; i++) n_decode += s->seqs[i].n == 1;
     const int target = vkb_device_limits(d)->is_cpu ? 8 : 256; /* workgroups wanted per decode dispatch */
     int n_split = n_decode ? target / (n_decode * hp->n_head_kv) : 1;
     if (n_split < 1) n_split = 1;
     const struct fa2_args fa = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                .kv_type = kv_type(kv), .block_stride = kv_block_stride(kv),
-                                .n_blocks = (int)kv_n_blocks(kv), .scale = 1.0f / sqrtf((float)hp->head_dim),
-                                .seqs = v->fseqs, .n_seqs = n_seqs, .n_split = n_split};
-    if ((st = vkb_fa2_plan_build(v->plan, &fa))) goto out;
+                                .kv_type = kv_type(s->kv), .block_stride = kv_block_stride(s->kv),
+                                .n_blocks = (int)kv_n_blocks(s->kv), .scale = 1.0f / sqrtf((float)hp->head_dim),
+                                .seqs = v->fseqs, .n_seqs = s->n_seqs, .n_split = n_split};
+    return vkb_fa2_plan_build(v->plan, &fa); /* the same plan for every layer */
+}
 
-    /* record and submit: embed, layers, logits */
-    if ((st = vkb_begin(d))) goto out;
-    st = vkb_op_get_rows(e->ops, m->tok_embd.type, weight_buf(e, &m->tok_embd), 0, m->tok_embd.row_bytes, v->idx,
-                         IDX_TOK(B), (uint32_t)T, (uint32_t)D, v->x, 0);
-    vkb_barrier(d);
-    for (int l = 0; l < hp->n_layer && !st; l++) {
-        st = record_layer(v, l, T, P, probe, resid_row);
-        if (!st && (l + 1) % LAYERS_PER_BATCH == 0 && l + 1 < hp->n_layer) {
-            if ((st = vkb_submit_wait(d, NULL)) || (st = vkb_begin(d))) goto out;
-        }
-    }
-    if (!st && n_rows) {
-        st = vkb_op_get_rows(e->ops, TENSOR_F32, v->x, 0, D * 4, v->idx, IDX_ROWS(B), (uint32_t)n_rows, (uint32_t)D,
-                             v->rows, 0);
-        vkb_barrier(d);
-        if (!st)
-            st = vkb_op_rmsnorm(e->ops, v->rows, 0, e->f32, f32_off(m, m->output_norm), v->rows, 0, (uint32_t)n_rows,
-                                (uint32_t)D, hp->rms_eps);
-        vkb_barrier(d);
-        const struct model_weight *W = &m->output;
-        if (!st)
-            st = vkb_op_matmul(e->ops, W->type, weight_buf(e, W), 0, W->row_bytes, (uint32_t)W->n_in,
-                               (uint32_t)W->n_out, v->rows, 0, (uint32_t)n_rows, NULL, 0, v->logits, 0);
-    }
-    {
-        attnd_status st2 = vkb_submit_wait(d, NULL); /* always: the batch must leave the recording state */
-        if (!st) st = st2;
-    }
-    if (st) goto out;
-
-    /* downloads: logits, probes */
-    for (int i = 0, r = 0; i < n_seqs; i++) {
-        if (!seqs[i].logits) continue;
-        const size_t rows = seqs[i].all_logits ? (size_t)seqs[i].n : 1;
-        if ((st = vkb_buffer_read(d, v->logits, (size_t)r * V * 4, seqs[i].logits, rows * V * 4))) goto out;
-        r += (int)rows;
-    }
-    if (pq || pa) {
-        for (int which = 0; which < 2; which++) {
-            float *dst = which ? (pa ? probe->att : NULL) : (pq ? probe->q : NULL);
-            if (!dst) continue;
-            if ((st = vkb_buffer_read(d, which ? v->probe_att : v->probe_q, 0, v->tmp, (size_t)T * nq * 4))) goto out;
-            for (int t = 0; t < T; t++)
-                memcpy(dst + (size_t)pos[t] * nq, v->tmp + (size_t)t * nq, nq * sizeof(float));
-        }
-        /* the host pools of that layer, for fwd_attention_weights / fwd_cache_v */
-        void *hk = kv_k_base(kv, probe->layer), *hv = kv_v_base(kv, probe->layer);
-        const size_t bytes = kv_n_blocks(kv) * kv_block_stride(kv);
-        if (hk && ((st = vkb_buffer_read(d, P->k[probe->layer], 0, hk, bytes)) ||
-                   (st = vkb_buffer_read(d, P->v[probe->layer], 0, hv, bytes))))
-            goto out;
-    }
-    if (resid_row >= 0 && (st = vkb_buffer_read(d, v->probe_resid, 0, probe->resid, (size_t)hp->n_layer * D * 4)))
-        goto out;
-    for (int i = 0; i < n_seqs; i++) kv_seq_commit(seqs[i].kv, kv_seq_len(seqs[i].kv));
-out:
-    if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
-    pthread_mutex_unlock(e->lockp);
+/* The rows that want logits: gathered, RMSNorm, output product. */
+static attnd_status record_logits(struct vkf *v, size_t n_rows)
+{
+    const struct model *m = v->m;
+    struct engine *e = v->e;
+    const size_t B = (size_t)v->n_batch, D = (size_t)m->hp.n_embd;
+    attnd_status st = vkb_op_get_rows(e->ops, TENSOR_F32, v->x, 0, D * 4, v->idx, IDX_ROWS(B), (uint32_t)n_rows,
+                                      (uint32_t)D, v->rows, 0);
+    vkb_barrier(e->dev);
+    if (!st)
+        st = vkb_op_rmsnorm(e->ops, v->rows, 0, e->f32, f32_off(m, m->output_norm), v->rows, 0, (uint32_t)n_rows,
+                            (uint32_t)D, m->hp.rms_eps);
+    vkb_barrier(e->dev);
+    const struct model_weight *W = &m->output;
+    if (!st)
+        st = vkb_op_matmul(e->ops, W->type, weight_buf(e, W), 0, W->row_bytes, (uint32_t)W->n_in, (uint32_t)W->n_out,
+                           v->rows, 0, (uint32_t)n_rows, NULL, 0, v->logits, 0);
     return st;
 }
+
+/* Records and submits the whole step: embed -> layers -> logits. */
+static attnd_status record_step(struct vkf *v, const struct fwd_step *s, const struct dev_pools *P, size_t n_rows,
+                                int resid_row)
+{
+    const struct model *m = v->m;
+    struct engine *e = v->e;
+    struct vkb_device *d = e->dev;
+    const size_t B = (size_t)v->n_batch;
+    attnd_status st = vkb_begin(d);
+    if (st) return st;
+    st = vkb_op_get_rows(e->ops, m->tok_embd.type, weight_buf(e, &m->tok_embd), 0, m->tok_embd.row_bytes, v->idx,
+                         IDX_TOK(B), (uint32_t)s->n_tokens, (uint32_t)m->hp.n_embd, v->x, 0);
+    vkb_barrier(d);
+    for (int l = 0; l < m->hp.n_layer && !st; l++) {
+        st = record_layer(v, l, s->n_tokens, P, s->probe, resid_row);
+        if (!st && (l + 1) % LAYERS_PER_BATCH == 0 && l + 1 < m->hp.n_layer) {
+            if ((st = vkb_submit_wait(d, NULL)) || (st = vkb_begin(d))) return st;
+        }
+    }
+    if (!st && n_rows) st = record_logits(v, n_rows);
+    attnd_status st2 = vkb_submit_wait(d, NULL); /* always: the batch must leave the recording state */
+    return st ? st : st2;
+}
+
+/* Downloads the logits and the probes; after an attention probe, that layer's host pools. */
+static attnd_status download(struct vkf *v, const struct fwd_step *s, const struct dev_pools *P, int resid_row)
+{
+    const struct model_hparams *hp = &v->m->hp;
+    struct vkb_device *d = v->e->dev;
+    const size_t V = (size_t)hp->n_vocab, nq = (size_t)hp->n_head * hp->head_dim;
+    const struct fwd_probe *pr = s->probe;
+    attnd_status st;
+    for (int i = 0, r = 0; i < s->n_seqs; i++) {
+        if (!s->seqs[i].logits) continue;
+        const size_t rows = s->seqs[i].all_logits ? (size_t)s->seqs[i].n : 1;
+        if ((st = vkb_buffer_read(d, v->logits, (size_t)r * V * 4, s->seqs[i].logits, rows * V * 4))) return st;
+        r += (int)rows;
+    }
+    if (pr->layer >= 0 && (pr->q || pr->att)) {
+        for (int which = 0; which < 2; which++) {
+            float *dst = which ? pr->att : pr->q;
+            if (!dst) continue;
+            if ((st = vkb_buffer_read(d, which ? v->probe_att : v->probe_q, 0, v->tmp, (size_t)s->n_tokens * nq * 4)))
+                return st;
+            for (int t = 0; t < s->n_tokens; t++)
+                memcpy(dst + (size_t)s->pos[t] * nq, v->tmp + (size_t)t * nq, nq * sizeof(float));
+        }
+        /* the host pools of that layer, for fwd_attention_weights / fwd_cache_v */
+        void *hk = kv_k_base(s->kv, pr->layer), *hv = kv_v_base(s->kv, pr->layer);
+        const size_t bytes = kv_n_blocks(s->kv) * kv_block_stride(s->kv);
+        if (hk && ((st = vkb_buffer_read(d, P->k[pr->layer], 0, hk, bytes)) ||
+                   (st = vkb_buffer_read(d, P->v[pr->layer], 0, hv, bytes))))
+            return st;
+    }
+    if (resid_row >= 0 && (st = vkb_buffer_read(d, v->probe_resid, 0, pr->resid, (size_t)hp->n_layer * hp->n_embd * 4)))
+        return st;
+    return ATTND_OK;
+}
+
+static attnd_status vk_eval_batch(void *state, const struct fwd_step *s)
+{
+    struct vkf *v = state;
+    pthread_mutex_lock(v->e->lockp);
+    struct dev_pools *P;
+    size_t n_rows;
+    int resid_row;
+    attnd_status st = get_pools(v, s->kv, &P);
+    if (!st) {
+        fill_tables(v, s, &n_rows, &resid_row);
+        st = step_buffers(v, s, n_rows, resid_row);
+    }
+    if (!st) st = record_step(v, s, P, n_rows, resid_row);
+    if (!st) st = download(v, s, P, resid_row);
+    if (!st)
+        for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
+    if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
+    pthread_mutex_unlock(v->e->lockp);
+    return st;
+}
+
+const struct fwd_backend_ops fwd_vk_backend = {
+    .name = "vulkan",
+    .create = vk_create,
+    .eval_batch = vk_eval_batch,
+    .destroy = vk_destroy,
+    .device_name = vk_device_name,
+    .validation_errors = vk_validation_errors,
+};

@@ -637,26 +637,17 @@ attnd_status kv_block_get_info(const struct kv_cache *c, int32_t b, struct kv_bl
     return ATTND_OK;
 }
 
+/* kv_validate's steps: each returns ATTND_OK or ATTND_ERR_INTERNAL with a message in err. */
 #define FAIL(...)                                                                             \
     do {                                                                                      \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                                \
-        rc = ATTND_ERR_INTERNAL;                                                              \
-        goto done;                                                                            \
+        return ATTND_ERR_INTERNAL;                                                            \
     } while (0)
 
-attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
+/* The free list and the LRU list: links, counters, and each block's state on them (seen bit 0). */
+static attnd_status check_lists(const struct kv_cache *c, uint8_t *seen, char *err, size_t errlen)
 {
-    attnd_status rc = ATTND_OK;
-    size_t n = c->n_blocks;
-    int32_t *refs = calloc(n, sizeof *refs);     /* references counted from the tables */
-    uint8_t *seen = calloc(n, 1);                /* bit 0 on a list, bit 1 in the index */
-    if (!refs || !seen) {
-        free(refs);
-        free(seen);
-        return ATTND_ERR_NOMEM;
-    }
-    if (err && errlen) err[0] = '\0';
-
+    const size_t n = c->n_blocks;
     /* free list */
     size_t cnt = 0;
     for (int32_t b = c->free_head; b >= 0; b = c->blocks[b].next) {
@@ -684,8 +675,46 @@ attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
     if (prev != c->lru_tail) FAIL("LRU tail is %d, walk ends at %d", (int)c->lru_tail, (int)prev);
     if (cnt != c->n_cached) FAIL("LRU holds %zu blocks, counter says %zu", cnt, c->n_cached);
 
-    /* sequences */
-    cnt = 0;
+    return ATTND_OK;
+}
+
+/* One sequence's block table: entries, fills, hashes, registration (refs counted per block). */
+static attnd_status check_seq_table(const struct kv_cache *c, const struct kv_seq *s, int32_t *refs, char *err,
+                                    size_t errlen)
+{
+    const size_t n = c->n_blocks;
+    uint64_t h = KV_HASH_ROOT;
+    for (size_t i = 0; i < s->n_table; i++) {
+        int32_t b = s->table[i];
+        if (b < 0 || (size_t)b >= n) FAIL("table entry %zu = %d", i, (int)b);
+        refs[b]++;
+        for (size_t j = 0; j < i; j++)
+            if (s->table[j] == b) FAIL("block %d twice in one table", (int)b);
+        const struct kv_block *k = &c->blocks[b];
+        size_t fill = s->n_tokens - i * KV_BLOCK_SIZE;
+        if (fill > KV_BLOCK_SIZE) fill = KV_BLOCK_SIZE;
+        if (k->fill != fill) FAIL("block %d fill %d, sequence has %zu tokens there", (int)b, k->fill, fill);
+        if (fill == KV_BLOCK_SIZE) {
+            uint64_t want = cache_hash(c, h, s->tokens + i * KV_BLOCK_SIZE);
+            if (s->hashes[i] != want) FAIL("sequence hash of block %zu", i);
+            h = want;
+        }
+        if (i < s->n_reg) {
+            if (!k->registered || k->hash != s->hashes[i] ||
+                k->parent != (i ? s->table[i - 1] : -1) ||
+                memcmp(k->tokens, s->tokens + i * KV_BLOCK_SIZE, sizeof k->tokens) != 0)
+                FAIL("registered block %d does not match its sequence", (int)b);
+        } else if (k->registered || k->ref != 1) {
+            FAIL("uncommitted block %d: registered %d ref %d", (int)b, (int)k->registered, (int)k->ref);
+        }
+    }
+    return ATTND_OK;
+}
+
+/* The sequence list and every sequence's counts and table. */
+static attnd_status check_seqs(const struct kv_cache *c, int32_t *refs, char *err, size_t errlen)
+{
+    size_t cnt = 0;
     const struct kv_seq *sp = NULL;
     for (const struct kv_seq *s = c->seqs; s; sp = s, s = s->next) {
         if (++cnt > c->n_seqs) FAIL("sequence list longer than %zu", c->n_seqs);
@@ -694,35 +723,17 @@ attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
             s->n_table != kv_blocks_for_tokens(s->n_tokens) || s->n_reg != s->n_computed / KV_BLOCK_SIZE)
             FAIL("sequence counts: tokens %zu computed %zu max %zu table %zu registered %zu", s->n_tokens,
                  s->n_computed, s->max_tokens, s->n_table, s->n_reg);
-        uint64_t h = KV_HASH_ROOT;
-        for (size_t i = 0; i < s->n_table; i++) {
-            int32_t b = s->table[i];
-            if (b < 0 || (size_t)b >= n) FAIL("table entry %zu = %d", i, (int)b);
-            refs[b]++;
-            for (size_t j = 0; j < i; j++)
-                if (s->table[j] == b) FAIL("block %d twice in one table", (int)b);
-            const struct kv_block *k = &c->blocks[b];
-            size_t fill = s->n_tokens - i * KV_BLOCK_SIZE;
-            if (fill > KV_BLOCK_SIZE) fill = KV_BLOCK_SIZE;
-            if (k->fill != fill) FAIL("block %d fill %d, sequence has %zu tokens there", (int)b, k->fill, fill);
-            if (fill == KV_BLOCK_SIZE) {
-                uint64_t want = cache_hash(c, h, s->tokens + i * KV_BLOCK_SIZE);
-                if (s->hashes[i] != want) FAIL("sequence hash of block %zu", i);
-                h = want;
-            }
-            if (i < s->n_reg) {
-                if (!k->registered || k->hash != s->hashes[i] ||
-                    k->parent != (i ? s->table[i - 1] : -1) ||
-                    memcmp(k->tokens, s->tokens + i * KV_BLOCK_SIZE, sizeof k->tokens) != 0)
-                    FAIL("registered block %d does not match its sequence", (int)b);
-            } else if (k->registered || k->ref != 1) {
-                FAIL("uncommitted block %d: registered %d ref %d", (int)b, (int)k->registered, (int)k->ref);
-            }
-        }
+        attnd_status st = check_seq_table(c, s, refs, err, errlen);
+        if (st) return st;
     }
     if (cnt != c->n_seqs) FAIL("sequence list holds %zu, counter says %zu", cnt, c->n_seqs);
+    return ATTND_OK;
+}
 
-    /* index */
+/* The prefix index: every bucket's chain holds registered blocks of that bucket (seen bit 1). */
+static attnd_status check_index(const struct kv_cache *c, uint8_t *seen, char *err, size_t errlen)
+{
+    const size_t n = c->n_blocks;
     for (size_t i = 0; i <= c->bucket_mask; i++) {
         size_t steps = 0;
         for (int32_t b = c->buckets[i]; b >= 0; b = c->blocks[b].hnext) {
@@ -733,7 +744,14 @@ attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
         }
     }
 
-    /* every block */
+    return ATTND_OK;
+}
+
+/* Every block against what the walks above found, and the counters' sum. */
+static attnd_status check_blocks(const struct kv_cache *c, const int32_t *refs, const uint8_t *seen, char *err,
+                                 size_t errlen)
+{
+    const size_t n = c->n_blocks;
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         const struct kv_block *k = &c->blocks[i];
@@ -765,7 +783,24 @@ attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
     if (c->n_used + c->n_free + c->n_cached != n)
         FAIL("used %zu + free %zu + cached %zu != %zu", c->n_used, c->n_free, c->n_cached, n);
 
-done:
+    return ATTND_OK;
+}
+#undef FAIL
+
+attnd_status kv_validate(const struct kv_cache *c, char *err, size_t errlen)
+{
+    int32_t *refs = calloc(c->n_blocks, sizeof *refs); /* references counted from the tables */
+    uint8_t *seen = calloc(c->n_blocks, 1);            /* bit 0 on a list, bit 1 in the index */
+    if (!refs || !seen) {
+        free(refs);
+        free(seen);
+        return ATTND_ERR_NOMEM;
+    }
+    if (err && errlen) err[0] = '\0';
+    attnd_status rc = check_lists(c, seen, err, errlen);
+    if (!rc) rc = check_seqs(c, refs, err, errlen);
+    if (!rc) rc = check_index(c, seen, err, errlen);
+    if (!rc) rc = check_blocks(c, refs, seen, err, errlen);
     free(refs);
     free(seen);
     return rc;

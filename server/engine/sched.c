@@ -28,6 +28,7 @@
 
 #include "attnd/check.h"
 #include "attnd/forward.h"
+#include "attnd/genstep.h"
 #include "attnd/kvcache.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -56,9 +57,7 @@ struct req {
     enum phase phase;
     uint64_t admit_no; /* admission order: the largest is the newest (pre-empted first) */
     struct kv_seq *kv;
-    struct sampler *smp;
-    struct stop_matcher *stop;
-    struct tok_stream *ts;
+    struct gen *gen;   /* sampler, detokenizer, stop strings: made at first admission */
     float *logits;     /* (n_vocab) */
     int started;       /* events sent (so a pre-empted request keeps its stream state) */
 };
@@ -83,8 +82,6 @@ struct sched {
     struct fwd_ctx *fwd;      /* batched steps (no private cache) */
     struct fwd_ctx *attn_fwd; /* attention maps (private cache), made on first use */
     float *probe_q, *probe_att;
-    char *piece;              /* detokenizer output scratch */
-    size_t piece_cap;
     struct req **running;     /* (max_running) */
     int n_running;
     struct fwd_seq *batch;    /* (max_running) */
@@ -120,9 +117,7 @@ static void req_free(struct req *r)
 {
     if (!r) return;
     kv_seq_destroy(r->kv);
-    sampler_destroy(r->smp);
-    stop_destroy(r->stop);
-    tok_stream_destroy(r->ts);
+    gen_destroy(r->gen);
     free(r->toks);
     free(r->logits);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
@@ -172,26 +167,10 @@ static struct req *drop_running(struct sched *s, int idx)
 static void finish_running(struct sched *s, int idx, const char *reason)
 {
     struct req *r = s->running[idx];
-    char *tail = NULL;
+    const char *tail = "";
     size_t tail_len = 0;
-    if (r->ts && r->stop) {
-        struct stop_out so;
-        size_t n = 0;
-        tok_stream_flush(r->ts, s->piece, s->piece_cap, &n);
-        stop_feed(r->stop, s->piece, n, &so);
-        size_t a = so.len;
-        tail = malloc(a + 1);
-        if (tail) memcpy(tail, so.text, a);
-        stop_flush(r->stop, &so);
-        char *t2 = tail ? realloc(tail, a + so.len + 1) : NULL;
-        if (t2) {
-            memcpy(t2 + a, so.text, so.len);
-            tail = t2;
-            tail_len = a + so.len;
-        }
-    }
-    send_done(r, reason, tail ? tail : "", tail_len);
-    free(tail);
+    if (r->gen) gen_finish(r->gen, &tail, &tail_len);
+    send_done(r, reason, tail, tail_len);
     drop_running(s, idx);
     req_free(r);
 }
@@ -259,17 +238,18 @@ static void admit(struct sched *s)
             retire(s, r);
             continue;
         }
-        if (!r->smp) { /* first admission (a pre-empted request keeps its state) */
+        if (!r->gen) { /* first admission (a pre-empted request keeps its state) */
             r->t_start = now_ms();
-            if (sampler_create(&r->sampling, s->m->hp.n_vocab, &r->smp) ||
-                stop_create((const char *const *)r->stops, r->n_stops, &r->stop) ||
-                tok_stream_create(s->tok, 0, &r->ts) ||
+            const struct gen_opts go = {.sampling = r->sampling, .stops = (const char *const *)r->stops,
+                                        .n_stops = r->n_stops, .ignore_eos = r->ignore_eos,
+                                        .max_tokens = r->max_tokens};
+            if (gen_create(s->tok, s->m->hp.n_vocab, &go, &r->gen) ||
                 !(r->logits = malloc((size_t)s->m->hp.n_vocab * sizeof(float)))) {
                 send_error(r, ATTND_ERR_NOMEM, "out of memory");
                 retire(s, r);
                 continue;
             }
-            for (size_t i = 0; i < r->n_toks; i++) sampler_accept(r->smp, r->toks[i]);
+            gen_accept_context(r->gen, r->toks, r->n_toks);
         }
         size_t cached = 0;
         attnd_status st = kv_seq_create(s->kv, r->toks, r->n_toks, r->n_prompt + (size_t)r->max_tokens, &r->kv, &cached);
@@ -297,7 +277,9 @@ static int first_nonfinite(const float *x, int n)
     return -1;
 }
 
-/* Samples a request's next token from its logits and delivers it. Returns 1 if it finished. */
+/* One generation step for a request whose logits are ready (genstep.h), delivered as a TOKEN
+ * event (with log-probabilities when asked); ends the request on stop or length. Returns 1 if it
+ * finished. */
 static int sample_and_emit(struct sched *s, int idx)
 {
     struct req *r = s->running[idx];
@@ -310,7 +292,7 @@ static int sample_and_emit(struct sched *s, int idx)
         return 1;
     }
     int bad = first_nonfinite(r->logits, V);
-    if (bad >= 0) {
+    if (bad >= 0) { /* a broken model: never sample around it */
         char msg[160];
         snprintf(msg, sizeof msg, "the model produced a non-finite logit (%g for token %d at position %zu)",
                  (double)r->logits[bad], bad, r->n_toks);
@@ -318,15 +300,18 @@ static int sample_and_emit(struct sched *s, int idx)
         req_free(drop_running(s, idx));
         return 1;
     }
-    int id = sampler_sample(r->smp, r->logits);
-    if (id < 0) {
+    struct gen_token gt;
+    if (gen_step(r->gen, r->logits, &gt)) {
         send_error(r, ATTND_ERR_INTERNAL, "the sampler found no token to pick");
         req_free(drop_running(s, idx));
         return 1;
     }
-    struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = id, .text = "", .text_len = 0};
+    r->toks[r->n_toks++] = gt.id;
+    r->n_gen++;
+    struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = gt.id, .text = gt.text,
+                             .text_len = gt.len};
     if (r->logprobs > 0) { /* a full-vocabulary log-softmax: only when the client asked */
-        attnd_status st = sampler_token_logprob(r->logits, V, id, &ev.logprob);
+        attnd_status st = sampler_token_logprob(r->logits, V, gt.id, &ev.logprob);
         if (!st) st = sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
         if (st) { /* never send the arrays unfilled */
             send_error(r, ATTND_ERR_INTERNAL, "could not compute log-probabilities");
@@ -337,26 +322,10 @@ static int sample_and_emit(struct sched *s, int idx)
         ev.top_ids = top_ids;
         ev.top_logprobs = top_lp;
     }
-    sampler_accept(r->smp, id);
-    r->toks[r->n_toks++] = id;
-    r->n_gen++;
-    bool eog = !r->ignore_eos && tok_is_eog(s->tok, id);
-    struct stop_out so = {.text = "", .len = 0, .stop = -1};
-    if (!eog) {
-        size_t n = 0;
-        tok_stream_push(r->ts, id, s->piece, s->piece_cap, &n);
-        stop_feed(r->stop, s->piece, n, &so);
-        ev.text = so.text;
-        ev.text_len = so.len;
-    }
     r->cb(r->ud, &ev);
     r->started = 1;
-    if (eog || so.stop >= 0) {
-        finish_running(s, idx, "stop");
-        return 1;
-    }
-    if (r->n_gen >= r->max_tokens) {
-        finish_running(s, idx, "length");
+    if (gt.end != GEN_MORE) {
+        finish_running(s, idx, gen_end_str(gt.end));
         return 1;
     }
     r->phase = PH_DECODE;
@@ -374,7 +343,97 @@ static void apply_cancels(struct sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* One continuous-batching step. Returns 1 if it did any work. */
+/* The running requests in admission order (oldest first) into s->order; returns their count. */
+static int running_by_admission(struct sched *s)
+{
+    struct req **order = s->order;
+    int n_order = s->n_running;
+    memcpy(order, s->running, (size_t)n_order * sizeof *order);
+    for (int a = 1; a < n_order; a++) /* insertion sort: the set is small */
+        for (int b = a; b > 0 && order[b - 1]->admit_no > order[b]->admit_no; b--) {
+            struct req *t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    return n_order;
+}
+
+/* Reserves cache slots for r's next n tokens; a full pool pre-empts the newest request not
+ * already among the nb in the batch (r itself included). Returns ATTND_ERR_NOMEM when r must
+ * wait (or was pre-empted), another error when r has been ended. */
+static attnd_status reserve(struct sched *s, struct req *r, size_t done, int n, int nb)
+{
+    attnd_status st;
+    while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
+        int victim = newest_running(s);
+        int in_batch = 0;
+        for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
+        if (in_batch) break;
+        int self = s->running[victim] == r;
+        preempt(s, victim);
+        if (self) break;
+    }
+    if (st && st != ATTND_ERR_NOMEM) {
+        send_error(r, st, "could not reserve KV cache slots");
+        req_free(drop_running(s, idx_of(s, r)));
+    }
+    return st;
+}
+
+/* Steps 3./4.: the batch, decode tokens first, then prompt chunks (oldest first), under the
+ * token budget, with cache slots reserved. Returns the batch size; *budget gets what is left. */
+static int build_batch(struct sched *s, int *budget)
+{
+    int nb = 0;
+    const int n_order = running_by_admission(s);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < n_order && *budget > 0; k++) {
+            struct req *r = s->order[k];
+            if (idx_of(s, r) < 0) continue; /* pre-empted meanwhile */
+            int decode = r->phase == PH_DECODE;
+            if (decode != (pass == 0)) continue;
+            size_t done = kv_seq_len(r->kv);
+            size_t todo = r->n_toks - done;
+            if (todo == 0) continue;
+            int n = decode ? 1 : (int)(todo < (size_t)*budget ? todo : (size_t)*budget);
+            if (reserve(s, r, done, n, nb)) continue;
+            bool last_chunk = done + (size_t)n == r->n_toks;
+            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
+                                            .logits = last_chunk ? r->logits : NULL};
+            s->batch_req[nb++] = r;
+            *budget -= n;
+        }
+    }
+    return nb;
+}
+
+/* Step 5.: one forward pass for the batch, then a generation step for every request whose
+ * prompt is done; a failed pass ends the batch's requests with an error. */
+static void run_batch(struct sched *s, int nb, int n_tokens)
+{
+    attnd_status st = fwd_eval_batch(s->fwd, s->kv, s->batch, nb);
+    if (st) {
+        for (int b = 0; b < nb; b++) {
+            int i = idx_of(s, s->batch_req[b]);
+            send_error(s->batch_req[b], st, "evaluation failed");
+            req_free(drop_running(s, i));
+        }
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.last_batch_tokens = (uint64_t)n_tokens;
+    s->stats.last_batch_seqs = (uint64_t)nb;
+    s->stats.batch_tokens_total += (uint64_t)n_tokens;
+    pthread_mutex_unlock(&s->mu);
+    for (int b = 0; b < nb; b++) {
+        if (!s->batch[b].logits) continue;
+        int i = idx_of(s, s->batch_req[b]);
+        if (i >= 0) sample_and_emit(s, i);
+    }
+}
+
+/* One continuous-batching step (see the top of this file). Returns 1 if it did any work. */
 static int step(struct sched *s)
 {
     /* 1. cancelled requests leave at once */
@@ -385,76 +444,10 @@ static int step(struct sched *s)
     /* 2. admission */
     admit(s);
     if (s->n_running == 0) return 0;
-
-    /* 3./4. the batch: decode tokens first, then prompt chunks (oldest first), under the
-     * token budget; a full pool pre-empts the newest request not already in the batch */
-    int budget = s->o.n_batch, nb = 0;
-    struct req **order = s->order;
-    int n_order = s->n_running;
-    memcpy(order, s->running, (size_t)n_order * sizeof *order);
-    for (int a = 1; a < n_order; a++) /* by admission: insertion sort, the set is small */
-        for (int b = a; b > 0 && order[b - 1]->admit_no > order[b]->admit_no; b--) {
-            struct req *t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    for (int pass = 0; pass < 2; pass++) {
-        for (int k = 0; k < n_order && budget > 0; k++) {
-            struct req *r = order[k];
-            if (idx_of(s, r) < 0) continue; /* pre-empted meanwhile */
-            int decode = r->phase == PH_DECODE;
-            if (decode != (pass == 0)) continue;
-            size_t done = kv_seq_len(r->kv);
-            size_t todo = r->n_toks - done;
-            if (todo == 0) continue;
-            int n = decode ? 1 : (int)(todo < (size_t)budget ? todo : (size_t)budget);
-            attnd_status st;
-            while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
-                int victim = newest_running(s);
-                int in_batch = 0;
-                for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
-                if (in_batch) break;
-                int self = s->running[victim] == r;
-                preempt(s, victim);
-                if (self) break;
-            }
-            if (st == ATTND_ERR_NOMEM) continue; /* waits for blocks (or was pre-empted itself) */
-            if (st) {
-                int i = idx_of(s, r);
-                send_error(r, st, "could not reserve KV cache slots");
-                req_free(drop_running(s, i));
-                continue;
-            }
-            bool last_chunk = done + (size_t)n == r->n_toks;
-            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
-                                            .logits = last_chunk ? r->logits : NULL};
-            s->batch_req[nb++] = r;
-            budget -= n;
-        }
-    }
+    int budget = s->o.n_batch;
+    const int nb = build_batch(s, &budget);
     if (nb == 0) return s->n_running > 0;
-
-    /* 5. one forward pass for the batch */
-    attnd_status st = fwd_eval_batch(s->fwd, s->kv, s->batch, nb);
-    if (st) {
-        for (int b = 0; b < nb; b++) {
-            int i = idx_of(s, s->batch_req[b]);
-            send_error(s->batch_req[b], st, "evaluation failed");
-            req_free(drop_running(s, i));
-        }
-        return 1;
-    }
-    pthread_mutex_lock(&s->mu);
-    s->stats.steps++;
-    s->stats.last_batch_tokens = (uint64_t)(s->o.n_batch - budget);
-    s->stats.last_batch_seqs = (uint64_t)nb;
-    s->stats.batch_tokens_total += (uint64_t)(s->o.n_batch - budget);
-    pthread_mutex_unlock(&s->mu);
-    for (int b = 0; b < nb; b++) {
-        if (!s->batch[b].logits) continue;
-        int i = idx_of(s, s->batch_req[b]);
-        if (i >= 0) sample_and_emit(s, i);
-    }
+    run_batch(s, nb, s->o.n_batch - budget);
     return 1;
 }
 
@@ -616,7 +609,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    pthread_cond_init(&s->idle_cv, NULL);
+    check_cond_init(&s->idle_cv); /* sched_wait_idle waits on it with a check_deadline */
     attnd_status st;
     size_t blocks = s->o.kv_blocks;
     if (!blocks) {
@@ -626,20 +619,18 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     /* the pool must hold at least one full-context request */
     if (blocks < kv_blocks_for_tokens((size_t)s->o.n_ctx)) blocks = kv_blocks_for_tokens((size_t)s->o.n_ctx);
     struct fwd_opts fo = {.n_ctx = -1, .n_threads = s->o.n_threads, .n_batch = s->o.n_batch,
-                          .backend = (enum fwd_backend)s->o.backend, .vk_device = s->o.vk_device};
+                          .backend = s->o.backend, .vk_device = s->o.vk_device};
     if ((st = fwd_create(m, &fo, &s->fwd))) goto fail;
     struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, blocks);
     ko.type = s->o.kv_type;
     ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
     if ((st = kv_create(&ko, &s->kv))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
-    s->piece_cap = tok_max_piece(tok) + 16;
-    s->piece = malloc(s->piece_cap);
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
     s->batch = calloc((size_t)s->o.max_running, sizeof *s->batch);
     s->batch_req = calloc((size_t)s->o.max_running, sizeof *s->batch_req);
     s->order = calloc((size_t)s->o.max_running, sizeof *s->order);
-    if (!s->piece || !s->running || !s->batch || !s->batch_req || !s->order) {
+    if (!s->running || !s->batch || !s->batch_req || !s->order) {
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
@@ -690,7 +681,6 @@ void sched_destroy(struct sched *s, int grace_ms)
     kv_destroy(s->kv);
     free(s->probe_q);
     free(s->probe_att);
-    free(s->piece);
     free(s->running);
     free(s->batch);
     free(s->batch_req);

@@ -1,0 +1,76 @@
+/* api.c - the core helpers of the HTTP layer. See api.h. */
+#include "server/api/api.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <time.h>
+
+double api_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+bool api_peer_gone(int fd)
+{
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+int api_conn_fd(struct api_conn *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+bool api_engine_acquire(struct http_server *srv, struct api_engine *e)
+{
+    pthread_rwlock_rdlock(&srv->engine_lock);
+    if (!srv->sched) {
+        pthread_rwlock_unlock(&srv->engine_lock);
+        return false;
+    }
+    e->model = srv->model;
+    e->tok = srv->tok;
+    e->sched = srv->sched;
+    return true;
+}
+
+void api_engine_release(struct http_server *srv) { pthread_rwlock_unlock(&srv->engine_lock); }
+
+void api_inflight_begin(struct http_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->inflight++;
+    pthread_mutex_unlock(&srv->mu);
+}
+
+void api_inflight_end(struct http_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->inflight--;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+enum MHD_Result api_respond(struct api_conn *c, int code, const char *ctype, char *body, size_t len,
+                            const char *const *headers)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2) MHD_add_response_header(r, headers[i], headers[i + 1]);
+    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)code, r);
+    MHD_destroy_response(r);
+    if (ok == MHD_YES) {
+        c->status = code;
+        c->responded = true;
+    }
+    return ok;
+}

@@ -1,0 +1,57 @@
+/* lookup.h - what the routes that read a finished request again (/attention, /logit_lens) have
+ * in common: the id= parameter, the model's shape, the request's tokens from the history with
+ * the size cap applied, the token texts, and the closing answer. Each step answers its own
+ * errors (one JSON shape, errors.h) and then returns false with the response's result in *ret.
+ */
+#ifndef ATTND_API_LOOKUP_H
+#define ATTND_API_LOOKUP_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/model.h"
+#include "attnd/status.h"
+#include "server/api/api.h"
+#include "server/api/buf.h"
+
+struct tokenizer;
+
+struct api_lookup {
+    /* api_lookup_begin() */
+    bool by_id;               /* id= was given */
+    uint64_t want_id;         /* its value */
+    struct model_hparams hp;  /* the loaded model's shape */
+    size_t n_ctx;             /* the scheduler's context length, tokens */
+    /* api_lookup_tokens() */
+    uint64_t id;              /* the request found */
+    int32_t *tokens;          /* (n) its prompt then generated tokens, malloc'd */
+    size_t n;                 /* at most n_ctx */
+    bool truncated;           /* the request had more than n_ctx tokens */
+};
+
+/* Parses id_param (the value of id=, NULL when absent: the most recent request) and reads the
+ * model's shape. Answers 400 for a bad id, 503 when no model is loaded. */
+bool api_lookup_begin(struct api_conn *c, const char *id_param, struct api_lookup *lk, enum MHD_Result *ret);
+
+/* Copies the request's tokens out of the history: 404 when there is no such request, 503 out
+ * of memory, 413 when it has more than cfg.attention_max_tokens (the message says
+ * "<reads> at most N", e.g. reads = "/attention maps"). A request over n_ctx tokens is cut to
+ * its first n_ctx (rows are causal, so they do not depend on the rest). */
+bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *reads, enum MHD_Result *ret);
+
+/* Frees the tokens; lk may be reused. */
+void api_lookup_free(struct api_lookup *lk);
+
+/* Appends token id's text as a JSON string (piece: a scratch buffer of cap bytes, cap =
+ * tok_max_piece() + 8). */
+void api_lookup_put_token(struct api_buf *b, const struct tokenizer *tok, int id, char *piece, size_t cap);
+
+/* Closes such a route: st != ATTND_OK answers the error (api_status_code(st, true), message
+ * "<what> failed: <why or the status name>", Retry-After on 503) and frees b; otherwise b is
+ * answered as 200 application/json (503 when b ran out of memory). */
+enum MHD_Result api_lookup_reply(struct api_conn *c, attnd_status st, const char *why, const char *what,
+                                 struct api_buf *b);
+
+#endif

@@ -1,0 +1,70 @@
+/* query.c - see query.h. */
+#include "server/api/query.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api/errors.h"
+
+struct query_state {
+    const char *const *names;
+    const char **val;
+    char unknown[64]; /* first unknown parameter */
+    char twice[16];   /* first repeated parameter */
+};
+
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    struct query_state *q = cls;
+    int i = 0;
+    while (q->names[i] && strcmp(q->names[i], key)) i++;
+    if (!q->names[i]) {
+        if (!q->unknown[0]) snprintf(q->unknown, sizeof q->unknown, "%s", key[0] ? key : "(empty)");
+        return MHD_YES;
+    }
+    if (q->val[i] && !q->twice[0]) snprintf(q->twice, sizeof q->twice, "%s", key);
+    q->val[i] = value ? value : "";
+    return MHD_YES;
+}
+
+bool api_query_read(struct api_conn *c, const char *const *names, const char **val, enum MHD_Result *ret)
+{
+    struct query_state q = {.names = names, .val = val};
+    for (int i = 0; names[i]; i++) val[i] = NULL;
+    MHD_get_connection_values(c->mc, MHD_GET_ARGUMENT_KIND, collect, &q);
+    if (q.unknown[0]) {
+        char known[256] = "";
+        for (int i = 0; names[i]; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", names[i]);
+        *ret = api_error(c, 400, "unknown query parameter '%s' (known: %s)", q.unknown, known);
+        return false;
+    }
+    if (q.twice[0]) {
+        *ret = api_error(c, 400, "query parameter '%s' is given twice", q.twice);
+        return false;
+    }
+    return true;
+}
+
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+{
+    if (!s || *s < '0' || *s > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max) return false;
+    *out = v;
+    return true;
+}
+
+bool api_parse_gen_id(const char *s, uint64_t *out)
+{
+    if (!s) return false;
+    if (!strncmp(s, "gen-", 4)) s += 4;
+    unsigned long long v;
+    if (!api_parse_uint(s, UINT64_MAX, &v)) return false;
+    *out = (uint64_t)v;
+    return true;
+}

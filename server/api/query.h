@@ -1,0 +1,27 @@
+/* query.h - reading a request's query string: a fixed set of named parameters, each at most
+ * once, and plain unsigned numbers. Thread-safe (works on the caller's connection only). */
+#ifndef ATTND_API_QUERY_H
+#define ATTND_API_QUERY_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/api/api.h"
+
+#define API_QUERY_MAX 8 /* most parameters one route reads */
+
+/* Reads the query string of c: val[i] = the value of names[i] (names: NULL-terminated, at most
+ * API_QUERY_MAX; val[i] NULL when absent, "" when given without a value). An unknown or repeated
+ * parameter is answered with a 400 error naming it (and the known ones): then returns false with
+ * the response's result in *ret. */
+bool api_query_read(struct api_conn *c, const char *const *names, const char **val, enum MHD_Result *ret);
+
+/* Parses a plain decimal number without sign, at most max. False for NULL, "", a sign, any
+ * other byte or a value over max (*out untouched then). */
+bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
+
+/* Parses a request id as /v1/generate answers it ("gen-N") or as the bare number N. */
+bool api_parse_gen_id(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,45 @@
+/* routes.c - the route table. See routes.h. */
+#include "server/api/routes.h"
+
+#include <string.h>
+
+#include "server/api/attention.h"
+#include "server/api/generate.h"
+#include "server/api/health.h"
+#include "server/api/logit_lens.h"
+#include "server/api/metrics_route.h"
+#include "server/api/models.h"
+#include "server/api/web.h"
+
+const struct api_route api_routes[] = {
+    /* path          match        methods      open   engine handler */
+    {"/v1/generate", NULL,        "POST",      false, true,  api_generate},
+    {"/attention",   NULL,        "GET, HEAD", false, true,  api_attention},
+    {"/logit_lens",  NULL,        "GET, HEAD", false, true,  api_logit_lens},
+    {"/health",      NULL,        "GET, HEAD", true,  false, api_health},
+    {"/v1/models",   NULL,        "GET, HEAD", false, true,  api_models},
+    {"/metrics",     NULL,        "GET, HEAD", false, false, api_metrics},
+    /* the playground's static files hold no secrets (the page asks for the key): last, so no
+     * file name shadows a route */
+    {"/",            api_web_has, "GET, HEAD", true,  false, api_web},
+};
+
+const size_t api_n_routes = sizeof api_routes / sizeof api_routes[0];
+
+const struct api_route *api_route_find(const char *url)
+{
+    for (size_t i = 0; i < api_n_routes; i++) {
+        const struct api_route *r = &api_routes[i];
+        if (r->match ? r->match(url) : !strcmp(url, r->path)) return r;
+    }
+    return NULL;
+}
+
+bool api_route_allows(const struct api_route *r, const char *method)
+{
+    size_t n = strlen(method);
+    if (!n) return false;
+    for (const char *p = r->methods; (p = strstr(p, method)) != NULL; p += n)
+        if ((p == r->methods || p[-1] == ' ') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}

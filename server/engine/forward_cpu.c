@@ -1,0 +1,472 @@
+/* forward_cpu.c - the llama/qwen2 transformer forward pass on the SIMD CPU kernels (the "cpu"
+ * backend of forward_backend.h).
+ *
+ * One step evaluates T tokens drawn from one or more sequences (prompt chunks and decode
+ * tokens mixed):
+ *   1. x = token_embd[tokens]                                  // (T, d)          embed()
+ *   2. per layer:                                                                 attention_block()
+ *        h = RMSNorm(x) * attn_norm
+ *        q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv)          // (T, H*hd) (T, Hkv*hd) x2
+ *        RoPE(q, k) at each token's position in its sequence
+ *        k, v -> the paged KV cache (each sequence's block table)
+ *        a = causal GQA FlashAttention-2 of q over each sequence's cache   // (T, H*hd)
+ *        x += a·Woᵀ
+ *        h = RMSNorm(x) * ffn_norm                                                mlp_block()
+ *        x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ
+ *   3. logits = RMSNorm(x) * output_norm · Woutᵀ for the rows asked for   // (rows, V)   logits()
+ * The matrix products read each weight once per step for all T tokens; products and attention
+ * are split over the thread pool.
+ */
+#include "server/engine/forward_cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/check.h"
+#include "attnd/kvcache.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/fa2.h"
+#include "kernels/cpu/threadpool.h"
+
+struct fwd_cpu {
+    const struct model *m;
+    struct tpool *pool;
+    int n_batch;
+    const double *rope_inv_freq; /* (n_rot / 2), the owner's */
+    /* scratch, sized for n_batch tokens */
+    float *x;      /* (B, d) residual stream */
+    float *h;      /* (B, max(d, nq)) normed input */
+    float *q;      /* (B, nq) */
+    float *k;      /* (B, nkv) */
+    float *v;      /* (B, nkv) */
+    float *att;    /* (B, nq) attention output */
+    float *gate;   /* (B, ff) */
+    float *up;     /* (B, ff) */
+    void *prep;    /* (B, prepared row of max(d, ff, nq)) */
+    size_t prep_row_max;
+    struct fa2_seq *fseqs; /* (B) at most one per token */
+    float *fa2_scratch;
+    size_t fa2_scratch_n;
+    float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
+    size_t logit_rows;
+    char device[96]; /* "cpu (avx2)" */
+};
+
+static size_t kv_width(const struct model *m) { return (size_t)m->hp.n_head_kv * m->hp.head_dim; }
+
+static void cpu_destroy(void *state)
+{
+    struct fwd_cpu *c = state;
+    if (!c) return;
+    tpool_destroy(c->pool);
+    free(c->x);
+    free(c->h);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->gate);
+    free(c->up);
+    free(c->prep);
+    free(c->fseqs);
+    free(c->fa2_scratch);
+    free(c->logits);
+    free(c);
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+static attnd_status cpu_create(const struct model *m, const struct fwd_backend_cfg *cfg, void **out, char *why,
+                               size_t why_n)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    struct fwd_cpu *c = calloc(1, sizeof *c);
+    if (!c) return ATTND_ERR_NOMEM;
+    c->m = m;
+    c->n_batch = cfg->n_batch;
+    c->rope_inv_freq = cfg->rope_inv_freq;
+    snprintf(c->device, sizeof c->device, "cpu (%s)", cpu_isa_name(cpu_kernels_init()));
+    attnd_status st = tpool_create(cfg->n_threads, &c->pool);
+    size_t B = (size_t)cfg->n_batch, d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim,
+           nkv = kv_width(m), ff = (size_t)hp->n_ff;
+    c->x = malloc(B * d * sizeof(float));
+    c->h = malloc(B * (d > nq ? d : nq) * sizeof(float));
+    c->q = malloc(B * nq * sizeof(float));
+    c->k = malloc(B * nkv * sizeof(float));
+    c->v = malloc(B * nkv * sizeof(float));
+    c->att = malloc(B * nq * sizeof(float));
+    c->gate = malloc(B * ff * sizeof(float));
+    c->up = malloc(B * ff * sizeof(float));
+    /* a prepared row is at most 4 bytes per element (f32) */
+    c->prep_row_max = max3(d, ff, nq) * sizeof(float);
+    c->prep = malloc(B * c->prep_row_max);
+    c->fseqs = malloc(B * sizeof *c->fseqs);
+    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->prep || !c->fseqs))
+        st = ATTND_ERR_NOMEM;
+    if (st) {
+        snprintf(why, why_n, "CPU backend: %s", attnd_status_str(st));
+        cpu_destroy(c);
+        return st;
+    }
+    *out = c;
+    return ATTND_OK;
+}
+
+static const char *cpu_device_name(const void *state) { return ((const struct fwd_cpu *)state)->device; }
+static unsigned cpu_validation_errors(const void *state) { return 0; }
+
+int fwd_cpu_n_threads(const void *state) { return tpool_size(((const struct fwd_cpu *)state)->pool); }
+
+/* ---- parallel pieces -------------------------------------------------------------------- */
+
+/* Splits [0, n) into nth nearly equal parts, aligned to `align` items. */
+static void split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *hi)
+{
+    size_t chunks = (n + align - 1) / align;
+    size_t per = chunks / (size_t)nth, rem = chunks % (size_t)nth;
+    size_t a = (size_t)ith * per + ((size_t)ith < rem ? (size_t)ith : rem);
+    size_t b = a + per + ((size_t)ith < rem ? 1 : 0);
+    *lo = a * align < n ? a * align : n;
+    *hi = b * align < n ? b * align : n;
+}
+
+struct prep_job {
+    enum tensor_type wtype;
+    const float *x;
+    size_t n_in, n_tok, row_bytes;
+    void *dst;
+};
+
+static void prep_run(void *arg, int ith, int nth)
+{
+    struct prep_job *j = arg;
+    size_t lo, hi;
+    split(j->n_tok, 1, ith, nth, &lo, &hi);
+    for (size_t t = lo; t < hi; t++)
+        cpu_prepare_row(j->wtype, j->x + t * j->n_in, (char *)j->dst + t * j->row_bytes, j->n_in);
+}
+
+/* Prepares n_tok rows of x (n_in wide) for weights of type wtype; returns the row stride. */
+static size_t prepare(struct fwd_cpu *c, enum tensor_type wtype, const float *x, size_t n_in, size_t n_tok)
+{
+    uint64_t rb = 0;
+    tensor_nbytes(cpu_vec_dot_type(wtype), n_in, &rb);
+    ATTND_CHECK(rb > 0 && rb <= c->prep_row_max);
+    struct prep_job j = {wtype, x, n_in, n_tok, (size_t)rb, c->prep};
+    if (n_tok >= 4) tpool_run(c->pool, prep_run, &j);
+    else prep_run(&j, 0, 1);
+    return (size_t)rb;
+}
+
+/* Up to 3 matrices that read the same prepared activations (Q/K/V, gate/up) in one pool job:
+ * each thread takes its share of every matrix's rows, so a step waits at one barrier instead of
+ * one per matrix, and the small K/V products are split too. swiglu (gate, up): each thread then
+ * applies y0 = silu(y0) * y1 to the rows it computed of both. */
+#define MM_MAX 3
+struct mm_job {
+    int n;
+    const struct model_weight *w[MM_MAX];
+    float *y[MM_MAX];
+    const float *bias[MM_MAX];
+    const void *a;
+    size_t a_row_bytes, n_tok;
+    int swiglu;
+};
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static void mm_run(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    for (int i = 0; i < j->n; i++) {
+        const struct model_weight *w = j->w[i];
+        size_t r0, r1;
+        split(w->n_out, 16, ith, nth, &r0, &r1);
+        if (r0 >= r1) continue;
+        cpu_gemm(w->type, w->n_in, w->data, w->row_bytes, r0, r1, j->a, j->a_row_bytes, j->n_tok, j->y[i], w->n_out);
+        if (j->bias[i])
+            for (size_t t = 0; t < j->n_tok; t++)
+                for (size_t r = r0; r < r1; r++) j->y[i][t * w->n_out + r] += j->bias[i][r];
+    }
+    if (j->swiglu) {
+        const size_t n_out = j->w[0]->n_out;
+        size_t r0, r1;
+        split(n_out, 16, ith, nth, &r0, &r1);
+        for (size_t t = 0; t < j->n_tok; t++) {
+            float *g = j->y[0] + t * n_out;
+            const float *u = j->y[1] + t * n_out;
+            for (size_t r = r0; r < r1; r++) g[r] = silu(g[r]) * u[r];
+        }
+    }
+}
+
+/* y[i] (n_tok, w[i]->n_out) = prepared activations · w[i]ᵀ (+ bias[i]) for i < n; see mm_job. */
+static void matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weight *const *w, size_t row_bytes,
+                              size_t n_tok, float *const *y, const float *const *bias, int swiglu)
+{
+    ATTND_CHECK(n >= 1 && n <= MM_MAX && (!swiglu || (n == 2 && w[0]->n_out == w[1]->n_out)));
+    struct mm_job j = {.n = n, .a = c->prep, .a_row_bytes = row_bytes, .n_tok = n_tok, .swiglu = swiglu};
+    uint64_t macs = 0;
+    for (int i = 0; i < n; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.bias[i] = bias ? bias[i] : NULL;
+        macs += (uint64_t)w[i]->n_in * w[i]->n_out * n_tok;
+    }
+    /* below ~256K multiply-adds, waking the workers costs more than it saves */
+    if (macs < (1u << 18)) mm_run(&j, 0, 1);
+    else tpool_run(c->pool, mm_run, &j);
+}
+
+/* y (n_tok, n_out) = prepared activations · Wᵀ (+ bias). */
+static void matmul_prepared(struct fwd_cpu *c, const struct model_weight *w, size_t row_bytes, size_t n_tok, float *y,
+                            const float *bias)
+{
+    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, 0);
+}
+
+static void matmul(struct fwd_cpu *c, const struct model_weight *w, const float *x, size_t n_tok, float *y,
+                   const float *bias)
+{
+    size_t rb = prepare(c, w->type, x, w->n_in, n_tok);
+    matmul_prepared(c, w, rb, n_tok, y, bias);
+}
+
+static void rmsnorm(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) at position pos. */
+static void rope(const struct fwd_cpu *c, float *v, int n_heads, int pos)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    int half = hp->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double th = (double)pos * c->rope_inv_freq[i];
+        float cs = (float)cos(th), sn = (float)sin(th);
+        for (int h = 0; h < n_heads; h++) {
+            float *p = v + (size_t)h * hp->head_dim;
+            int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
+            float x0 = p[a], x1 = p[b];
+            p[a] = x0 * cs - x1 * sn;
+            p[b] = x0 * sn + x1 * cs;
+        }
+    }
+}
+
+/* ---- one step ------------------------------------------------------------------------------ */
+
+/* The attention work list (one entry per sequence; the K/V pools are set per layer), its split
+ * over the threads and scratch, and room for the gathered logits of a multi-sequence step. */
+static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, struct fa2_args *fa)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim, V = (size_t)hp->n_vocab;
+    int n_decode = 0;
+    for (int i = 0, t = 0; i < s->n_seqs; t += s->seqs[i].n, i++) {
+        c->fseqs[i] = (struct fa2_seq){.q = c->q + (size_t)t * nq, .out = c->att + (size_t)t * nq,
+                                       .n_q = s->seqs[i].n, .pos0 = s->pos[t],
+                                       .block_table = kv_seq_block_table(s->seqs[i].kv)};
+        n_decode += s->seqs[i].n == 1;
+    }
+    *fa = (struct fa2_args){.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                            .kv_type = kv_type(s->kv), .block_stride = kv_block_stride(s->kv),
+                            .n_blocks = (int)kv_n_blocks(s->kv), .scale = 1.0f / sqrtf((float)hp->head_dim),
+                            .seqs = c->fseqs, .n_seqs = s->n_seqs};
+    const int nth = tpool_size(c->pool);
+    fa->n_split = n_decode ? (nth + n_decode * hp->n_head_kv - 1) / (n_decode * hp->n_head_kv) : 1;
+    if (fa->n_split < 1) fa->n_split = 1;
+    size_t need = fa2_scratch_floats(fa);
+    if (need > c->fa2_scratch_n) {
+        float *ns = realloc(c->fa2_scratch, need * sizeof(float));
+        if (!ns) return ATTND_ERR_NOMEM;
+        c->fa2_scratch = ns;
+        c->fa2_scratch_n = need;
+    }
+    fa->scratch = c->fa2_scratch;
+    if (s->n_seqs > 1 && s->n_logit_rows > c->logit_rows) {
+        float *nl = realloc(c->logits, s->n_logit_rows * V * sizeof(float));
+        if (!nl) return ATTND_ERR_NOMEM;
+        c->logits = nl;
+        c->logit_rows = s->n_logit_rows;
+    }
+    return ATTND_OK;
+}
+
+/* 1. x = token_embd[tokens] */
+static void embed(struct fwd_cpu *c, const struct fwd_step *s)
+{
+    const struct model_weight *e = &c->m->tok_embd;
+    const size_t d = (size_t)c->m->hp.n_embd;
+    for (int i = 0, t = 0; i < s->n_seqs; i++)
+        for (int k = 0; k < s->seqs[i].n; k++, t++)
+            cpu_dequant_row(e->type, (const char *)e->data + (size_t)s->seqs[i].tokens[k] * e->row_bytes,
+                            c->x + (size_t)t * d, d);
+}
+
+static void rmsnorm_rows(const struct fwd_cpu *c, float *out, const float *x, const float *w, size_t n_rows)
+{
+    const size_t d = (size_t)c->m->hp.n_embd;
+    for (size_t t = 0; t < n_rows; t++) rmsnorm(out + t * d, x + t * d, w, d, c->m->hp.rms_eps);
+}
+
+static void add_residual(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv): one pool job when the three share a type. */
+static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
+{
+    const size_t d = (size_t)c->m->hp.n_embd;
+    if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+        size_t rb = prepare(c, L->wq.type, c->h, d, T);
+        const struct model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+        float *y[3] = {c->q, c->k, c->v};
+        const float *b[3] = {L->bq, L->bk, L->bv};
+        matmul_prepared_n(c, 3, w, rb, T, y, b, 0);
+    } else {
+        matmul(c, &L->wq, c->h, T, c->q, L->bq);
+        matmul(c, &L->wk, c->h, T, c->k, L->bk);
+        matmul(c, &L->wv, c->h, T, c->v, L->bv);
+    }
+}
+
+/* RoPE on q and k at each token's position; k and v into the paged cache; the query probe. */
+static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim, nkv = kv_width(c->m);
+    const struct fwd_probe *pr = s->probe;
+    for (int i = 0, t = 0; i < s->n_seqs; i++)
+        for (int k = 0; k < s->seqs[i].n; k++, t++) {
+            rope(c, c->q + (size_t)t * nq, hp->n_head, s->pos[t]);
+            rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, s->pos[t]);
+            kv_write(s->seqs[i].kv, l, (size_t)s->pos[t], c->k + (size_t)t * nkv, c->v + (size_t)t * nkv);
+            if (pr->q && l == pr->layer)
+                memcpy(pr->q + (size_t)s->pos[t] * nq, c->q + (size_t)t * nq, nq * sizeof(float));
+        }
+}
+
+/* 2a. x += W_o · FA2(RoPE(q), RoPE(k), v) over each sequence's cache, q/k/v from RMSNorm(x). */
+static void attention_block(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
+{
+    const struct model_layer *L = &c->m->layers[l];
+    const size_t T = (size_t)s->n_tokens, d = (size_t)c->m->hp.n_embd,
+                 nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
+    const struct fwd_probe *pr = s->probe;
+    rmsnorm_rows(c, c->h, c->x, L->attn_norm, T);
+    qkv(c, L, T);
+    rope_store(c, s, l);
+    fa->k = kv_k_base(s->kv, l);
+    fa->v = kv_v_base(s->kv, l);
+    fa2_attend(c->pool, fa);
+    if (pr->att && l == pr->layer)
+        for (size_t t = 0; t < T; t++)
+            memcpy(pr->att + (size_t)s->pos[t] * nq, c->att + t * nq, nq * sizeof(float));
+    matmul(c, &L->wo, c->att, T, c->h, NULL);
+    add_residual(c->x, c->h, T * d);
+}
+
+/* 2b. x += W_down · (silu(W_gate·h) ⊙ W_up·h), h = RMSNorm(x). */
+static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
+{
+    const size_t d = (size_t)c->m->hp.n_embd, ff = (size_t)c->m->hp.n_ff;
+    rmsnorm_rows(c, c->h, c->x, L->ffn_norm, T);
+    if (L->w_gate.type == L->w_up.type) { /* gate, up and the SwiGLU in one pool job */
+        size_t rb = prepare(c, L->w_gate.type, c->h, d, T);
+        const struct model_weight *w[2] = {&L->w_gate, &L->w_up};
+        float *y[2] = {c->gate, c->up};
+        matmul_prepared_n(c, 2, w, rb, T, y, NULL, 1);
+    } else {
+        matmul(c, &L->w_gate, c->h, T, c->gate, NULL);
+        matmul(c, &L->w_up, c->h, T, c->up, NULL);
+        for (size_t i = 0; i < T * ff; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
+    }
+    matmul(c, &L->w_down, c->gate, T, c->h, NULL);
+    add_residual(c->x, c->h, T * d);
+}
+
+/* The residual-stream probe: the stream after layer l at the probed position. */
+static void probe_resid(const struct fwd_cpu *c, const struct fwd_step *s, int l)
+{
+    const size_t d = (size_t)c->m->hp.n_embd;
+    if (!s->probe->resid) return;
+    for (int t = 0; t < s->n_tokens; t++)
+        if (s->pos[t] == s->probe->resid_pos)
+            memcpy(s->probe->resid + (size_t)l * d, c->x + (size_t)t * d, d * sizeof(float));
+}
+
+/* 3. logits = RMSNorm(x) * output_norm · Woutᵀ: the rows asked for gathered into one product. */
+static void logits(struct fwd_cpu *c, const struct fwd_step *s)
+{
+    const struct model *m = c->m;
+    const size_t d = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+    const struct fwd_seq *seqs = s->seqs;
+    size_t r = 0;
+    for (int i = 0, t = 0; i < s->n_seqs; t += seqs[i].n, i++) {
+        if (!seqs[i].logits) continue;
+        int first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
+        for (int k = first; k < seqs[i].n; k++, r++)
+            rmsnorm(c->h + r * d, c->x + (size_t)(t + k) * d, m->output_norm, d, m->hp.rms_eps);
+    }
+    /* one sequence: straight into its buffer; several: into scratch, then copied out */
+    float *dst = (s->n_seqs == 1) ? NULL : c->logits;
+    for (int i = 0; i < s->n_seqs && !dst; i++)
+        if (seqs[i].logits) dst = seqs[i].logits;
+    matmul(c, &m->output, c->h, s->n_logit_rows, dst, NULL);
+    if (dst != c->logits) return;
+    r = 0;
+    for (int i = 0; i < s->n_seqs; i++) {
+        if (!seqs[i].logits) continue;
+        size_t rows = seqs[i].all_logits ? (size_t)seqs[i].n : 1;
+        memcpy(seqs[i].logits, c->logits + r * V, rows * V * sizeof(float));
+        r += rows;
+    }
+}
+
+static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
+{
+    struct fwd_cpu *c = state;
+    struct fa2_args fa;
+    attnd_status st = step_prepare(c, s, &fa);
+    if (st) return st;
+    embed(c, s);
+    for (int l = 0; l < c->m->hp.n_layer; l++) {
+        attention_block(c, s, l, &fa);
+        mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
+        probe_resid(c, s, l);
+    }
+    if (s->n_logit_rows) logits(c, s);
+    for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
+    return ATTND_OK;
+}
+
+void fwd_cpu_project(void *state, const float *x, int n, float *out)
+{
+    struct fwd_cpu *c = state;
+    const struct model *m = c->m;
+    const size_t V = (size_t)m->hp.n_vocab;
+    for (int done = 0; done < n;) {
+        int k = n - done < c->n_batch ? n - done : c->n_batch;
+        rmsnorm_rows(c, c->h, x + (size_t)done * m->hp.n_embd, m->output_norm, (size_t)k);
+        matmul(c, &m->output, c->h, (size_t)k, out + (size_t)done * V, NULL);
+        done += k;
+    }
+}
+
+const struct fwd_backend_ops fwd_cpu_backend = {
+    .name = "cpu",
+    .create = cpu_create,
+    .eval_batch = cpu_eval_batch,
+    .destroy = cpu_destroy,
+    .device_name = cpu_device_name,
+    .validation_errors = cpu_validation_errors,
+};
