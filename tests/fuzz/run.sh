@@ -30,7 +30,7 @@ for f in $bin/fuzz_${3:-*}; do
   mkdir -p "$work/$name" "tests/fuzz/regress/$name"
   dirs=("$work/$name")
   [ -d "tests/fuzz/corpus/$name" ] && dirs+=("tests/fuzz/corpus/$name")
-  args=(-max_len=65536 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1)
+  args=(-max_len=65536 -timeout=120 -rss_limit_mb=4096 -print_final_stats=1)
   if [ "$mode" = fuzz ]; then
     echo "== $name: fuzzing for $secs s"
     nice -n 19 "$f" "${args[@]}" -max_total_time="$secs" -artifact_prefix="tests/fuzz/regress/$name/" \
