@@ -25,6 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const char *const k_vocabs[] = {"llama-spm", "gpt-2", "qwen2"};
 #define N_VOCABS 3
 static struct tokenizer *g_tok[N_VOCABS];
+static struct gguf *g_gguf[N_VOCABS]; /* kept so leak checking at exit sees them reachable */
 static int g_nv[N_VOCABS];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -35,6 +36,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         char path[1024], err[256];
         struct gguf *g;
         snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", fz_shared(), k_vocabs[i]);
+        g_gguf[i] = NULL;
         if (gguf_open(path, &g, err, sizeof err) || tok_create(g, &g_tok[i], err, sizeof err)) {
             fprintf(stderr, "fuzz_detok: %s: %s (set SHARED=...)\n", path, err);
             exit(1);
@@ -43,7 +45,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         uint64_t n = 0;
         gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n);
         g_nv[i] = (int)n;
-        /* g stays open for the process: the tokenizer reads its arrays */
+        g_gguf[i] = g;
     }
     return 0;
 }

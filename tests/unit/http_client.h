@@ -14,8 +14,11 @@
 
 /* Sends the raw HTTP request req[0..len) to 127.0.0.1:port, reads the answer until the server
  * closes the connection (at most timeout_s of silence) and returns its status code: 0 if there
- * was no status line, -1 if the connection could not be made. */
-static inline int t_http_exchange(int port, const char *req, size_t len, int timeout_s)
+ * was no status line, -1 if the connection could not be made. half_close: shut our sending side
+ * after the request (for raw requests that may not say "Connection: close"; libmicrohttpd may
+ * then drop the connection as abandoned before it answers, so well-formed requests say
+ * "Connection: close" and pass false). */
+static inline int t_http_exchange(int port, const char *req, size_t len, int timeout_s, int half_close)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
@@ -32,7 +35,7 @@ static inline int t_http_exchange(int port, const char *req, size_t len, int tim
         if (w <= 0) break; /* the server may answer early (413) and close */
         off += (size_t)w;
     }
-    shutdown(fd, SHUT_WR);
+    if (half_close) shutdown(fd, SHUT_WR);
     char head[16] = {0}, buf[4096];
     size_t got = 0;
     ssize_t r;
