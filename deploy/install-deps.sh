@@ -1,22 +1,33 @@
 #!/bin/sh
-# Installs every Debian package attnd needs to build, test and run.
-# Used by .ci/run, the Dockerfile and `make deps`; safe to run twice.
-#   deploy/install-deps.sh          build + test packages (default)
-#   deploy/install-deps.sh runtime  only what the daemon needs at run time (+ curl for health checks)
-#   deploy/install-deps.sh build    build + test packages without Node.js and chromium (the Dockerfile's
-#                                   build stage: it only compiles)
+# Installs the Debian packages attnd needs to build, test, run and package.
+# Used by .ci/run, the Dockerfile, `make deps`, `make test` and `make image`; safe to run twice.
+#   deploy/install-deps.sh              runtime + build + test packages (default; what `make test` needs)
+#   deploy/install-deps.sh runtime      what the daemon itself loads (ldd of attnd + the Vulkan loader)
+#   deploy/install-deps.sh vulkan-cpu   runtime + Mesa's Vulkan drivers (lavapipe: a Vulkan device on the CPU)
+#   deploy/install-deps.sh build        only what compiling build/release/attnd needs (the image's build stage)
+#   deploy/install-deps.sh image        what `make image` / `make image-test` need on the host: buildah and
+#                                       mmdebstrap (build and run images without a Docker engine), docker-compose
+#                                       (validates deploy/docker-compose.yml) and python3-yaml/requests
 set -eu
 mode=${1:-all}
 
-runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1 mesa-vulkan-drivers ca-certificates curl"
+# ldd build/release/attnd: libmicrohttpd (with GnuTLS, which its package pulls in), cJSON, liburing,
+# PCRE2, the Vulkan loader; libc/libm are in every Debian base.
+runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1"
+vulkan_cpu="mesa-vulkan-drivers"
 build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev libpcre2-dev \
-libvulkan-dev glslang-tools vulkan-validationlayers vulkan-tools mesa-vulkan-drivers \
-python3 python3-yaml python3-requests curl"
+libvulkan-dev glslang-tools"
+test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests curl docker-compose \
+clang libclang-rt-14-dev"   # clang + libFuzzer runtime: the fuzz harnesses (make fuzz; make test replays them)
+image="buildah mmdebstrap python3 python3-yaml python3-requests"
 
 case "$mode" in
   runtime) pkgs=$runtime ;;
-  build|all) pkgs="$runtime $build" ;;
-  *) echo "usage: $0 [all|build|runtime]" >&2; exit 2 ;;
+  vulkan-cpu) pkgs="$runtime $vulkan_cpu" ;;
+  build) pkgs=$build ;;
+  image) pkgs=$image ;;
+  all) pkgs="$runtime $build $test" ;;
+  *) echo "usage: $0 [all|runtime|vulkan-cpu|build|image]" >&2; exit 2 ;;
 esac
 
 missing=""
@@ -30,13 +41,14 @@ if [ "$mode" = all ] && ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | gr
   missing="$missing chromium"
 fi
 if [ -z "$missing" ]; then
-  echo "install-deps: all packages present"
+  echo "install-deps: all packages present ($mode)"
   exit 0
 fi
 echo "install-deps: installing$missing"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
+# another apt-get may hold the lock on a shared machine: wait for it rather than fail
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -q
 # shellcheck disable=SC2086
-$SUDO apt-get install -y -q --no-install-recommends $missing
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $missing

@@ -15,6 +15,7 @@ static const struct subcommand g_cmds[] = {
     {"mkmodel", cmd_mkmodel, "write a GGUF model with seeded random weights"},
     {"serve", cmd_serve, "serve completions and attention maps over HTTP"},
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "chat with an instruct model in the terminal (streamed, over its chat template)"},
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
 

@@ -1,8 +1,9 @@
 // attnd playground: streamed completions, attention heatmaps and the logit lens.
 // Plain browser JavaScript, no framework, no requests anywhere but this daemon.
 //
-// Data flow: POST /v1/generate (SSE) -> the finished request's id -> GET /attention?id&layer&head
-// (heatmap, head grid, token strip) and GET /logit_lens?id&pos (lens table).
+// Data flow: POST /v1/generate (SSE), or in chat mode POST /v1/chat/completions (SSE chunks) ->
+// the finished request's id -> GET /attention?id&layer&head (heatmap, head grid, token strip) and
+// GET /logit_lens?id&pos (lens table).
 // Elements carry data-* attributes describing what they show (ids, positions, weights), which
 // the browser test (tests/browser/test_playground.mjs) reads back.
 'use strict';
@@ -23,6 +24,7 @@
     lensPos: -1,
     lensPinned: false,
     generating: null,   // AbortController of the running generation
+    chat: [],           // chat mode: the conversation so far, [{role, content}]
   };
   let heatSeq = 0, gridSeq = 0, lensSeq = 0, lensTimer = 0;
 
@@ -439,11 +441,8 @@
     return x;
   }
 
-  async function generate(ev) {
-    ev.preventDefault();
-    if (state.generating) return;
-    clearError();
-    const body = { prompt: $('prompt').value, stream: true };
+  // The settings fields into body; false (error shown) if one is malformed.
+  function readSettings(body) {
     try {
       for (const [k, int] of [['max_tokens', true], ['temperature', false], ['top_k', true], ['top_p', false], ['seed', true]]) {
         const v = field(k, int);
@@ -451,8 +450,20 @@
       }
     } catch (e) {
       showError('settings', e);
-      return;
+      return false;
     }
+    return true;
+  }
+
+  const chatMode = () => $('mode-chat').checked;
+
+  async function generate(ev) {
+    ev.preventDefault();
+    if (state.generating) return;
+    clearError();
+    if (chatMode()) return chat();
+    const body = { prompt: $('prompt').value, stream: true };
+    if (!readSettings(body)) return;
     const ctl = new AbortController();
     state.generating = ctl;
     $('submit').disabled = true;
@@ -493,6 +504,81 @@
         $('gen-status').textContent = 'failed';
         showError('POST /v1/generate', e);
       }
+    } finally {
+      state.generating = null;
+      $('submit').disabled = false;
+      $('stop').disabled = true;
+    }
+  }
+
+  // ---- chat mode ------------------------------------------------------------------------------
+
+  function chatBubble(role, text) {
+    const d = document.createElement('div');
+    d.className = `msg ${role}`;
+    d.dataset.role = role;
+    d.textContent = text;
+    $('chat-log').appendChild(d);
+    $('chat-log').scrollTop = $('chat-log').scrollHeight;
+    return d;
+  }
+
+  function setMode() {
+    const c = chatMode();
+    $('chat-log').hidden = !c;
+    $('chat-new').hidden = !c;
+    $('output').hidden = c;
+    $('submit').textContent = c ? 'Send' : 'Generate';
+    if (c && $('prompt').dataset.mode !== 'chat') $('prompt').value = 'Hello! Who are you?';
+    $('prompt').dataset.mode = c ? 'chat' : 'generate';
+  }
+
+  // Sends the typed message with the conversation so far; streams the reply into a new bubble.
+  async function chat() {
+    const text = $('prompt').value;
+    const messages = [...state.chat, { role: 'user', content: text }];
+    const body = { messages, stream: true, stream_options: { include_usage: true } };
+    if (!readSettings(body)) return;
+    const ctl = new AbortController();
+    state.generating = ctl;
+    $('submit').disabled = true;
+    $('stop').disabled = false;
+    const comp = $('completion');
+    comp.dataset.state = 'running';
+    delete comp.dataset.id;
+    chatBubble('user', text);
+    const bubble = chatBubble('assistant', '');
+    $('gen-status').textContent = 'generating…';
+    let id = null, finish = null, usage = null, reply = '', n = 0;
+    try {
+      const r = await api('/v1/chat/completions', {
+        method: 'POST', body: JSON.stringify(body), signal: ctl.signal,
+        headers: { 'Content-Type': 'application/json' },
+      });
+      for await (const e of sseEvents(r)) {
+        if (e.error) throw new ApiError(`${e.error.type}: ${e.error.message}`);
+        id = e.id;
+        if (e.usage) usage = e.usage;
+        for (const c of e.choices || []) {
+          if (c.delta && c.delta.content) { reply += c.delta.content; bubble.textContent = reply; n++; }
+          if (c.finish_reason) finish = c.finish_reason;
+        }
+        if (!finish) $('gen-status').textContent = `${id} · ${n} chunks…`;
+      }
+      if (!finish || !usage) throw new ApiError('the stream ended without its final chunk');
+      state.chat = [...messages, { role: 'assistant', content: reply }];
+      $('prompt').value = '';
+      $('gen-status').textContent = `${id} · finish: ${finish} · ${usage.prompt_tokens} prompt + ` +
+        `${usage.completion_tokens} generated tokens`;
+      comp.dataset.id = id;
+      comp.dataset.state = 'done';
+      showRequest(id, usage.prompt_tokens);
+    } catch (e) {
+      bubble.remove();
+      $('chat-log').lastChild && $('chat-log').lastChild.remove(); // the user's message did not happen
+      comp.dataset.state = e.name === 'AbortError' ? 'stopped' : 'error';
+      $('gen-status').textContent = e.name === 'AbortError' ? 'stopped' : 'failed';
+      if (e.name !== 'AbortError') showError('POST /v1/chat/completions', e);
     } finally {
       state.generating = null;
       $('submit').disabled = false;
@@ -542,6 +628,9 @@
     });
     $('error-close').addEventListener('click', clearError);
     $('gen-form').addEventListener('submit', generate);
+    $('mode-gen').addEventListener('change', setMode);
+    $('mode-chat').addEventListener('change', setMode);
+    $('chat-new').addEventListener('click', () => { state.chat = []; $('chat-log').textContent = ''; });
     $('stop').addEventListener('click', () => state.generating && state.generating.abort());
     $('layer').addEventListener('change', () => selectLayerHead(Number($('layer').value), state.head));
     $('head').addEventListener('change', () => selectLayerHead(state.layer, Number($('head').value)));

@@ -42,11 +42,13 @@ struct http_config {
     int timeout_ms;           /* a connection with no bytes in either direction for this long is closed
                                  (rounded up to whole seconds; 0 = never). A request being answered
                                  is not idle: the answer's bytes (SSE keep-alives too) count */
+    int chat_template;        /* enum chat_family for /v1/chat/completions; -1: recognised from the
+                                 model's tokenizer.chat_template (ChatML if none) */
 };
 
 /* Fills cfg with the defaults: 127.0.0.1:8080, 1 MiB bodies, max_tokens cap 4096, 16 kept
  * requests, attention cap 2048 tokens, no API key, 256 connections, 64 per client address,
- * 30 s idle timeout. */
+ * 30 s idle timeout, chat template from the model. */
 void http_config_default(struct http_config *cfg);
 
 /* Binds cfg->host:cfg->port and starts serving in background threads (strings in cfg are

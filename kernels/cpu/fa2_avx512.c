@@ -12,6 +12,7 @@
  * masked loads and stores, which read and write nothing past it. The online softmax works on the
  * same two 8-lane vectors of scores per row as the AVX2 kernel (AVX-512VL runs that code as is). */
 #include "kernels/cpu/fa2.h"
+#include "kernels/cpu/fa2_simd.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -31,59 +32,12 @@
 
 /* ================================================================ helpers */
 
-/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Cody-Waite reduction x = n ln2 + r,
- * |r| <= ln2/2, degree-6 Taylor polynomial: relative error below 2e-7. exp(0) is exactly 1.
- * (The AVX2 kernel's function, on 8 lanes.) */
-INLINE __m256 exp8(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    const __m256 valid = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
-}
-
-/* All-lanes max / sum of v. */
-INLINE __m256 bmax8(__m256 v)
-{
-    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
-    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
-}
-
-INLINE __m256 bsum8(__m256 v)
-{
-    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
-    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
-}
-
-/* Lane i of the result = sum of the 16 lanes of a[i]: each folded to 8 lanes, then pairs of
- * vectors, quads and the two 128-bit halves with unpacks and adds. */
+/* Lane i of the result = sum of the 16 lanes of a[i]: each folded to 8 lanes, then reduce8. */
 INLINE __m256 reduce8x16(const __m512 a[8])
 {
     __m256 h[8];
     UNROLL for (int i = 0; i < 8; i++) h[i] = _mm256_add_ps(_mm512_castps512_ps256(a[i]), _mm512_extractf32x8_ps(a[i], 1));
-    __m256 t[4];
-    UNROLL for (int i = 0; i < 4; i++)
-        t[i] = _mm256_add_ps(_mm256_unpacklo_ps(h[2 * i], h[2 * i + 1]), _mm256_unpackhi_ps(h[2 * i], h[2 * i + 1]));
-    __m256 u[2];
-    UNROLL for (int i = 0; i < 2; i++) {
-        const __m256d x = _mm256_castps_pd(t[2 * i]), y = _mm256_castps_pd(t[2 * i + 1]);
-        u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
-    }
-    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+    return reduce8(h);
 }
 
 /* Lanes [0, n) set, n in 0..16. */
@@ -102,22 +56,6 @@ INLINE void prefetch_at(const unsigned char *p, size_t off)
 }
 
 /* ================================================================ one tile, R rows */
-
-/* What a row block needs to know about the tile. */
-struct tile {
-    const unsigned char *k, *v;   /* the tile's 16 K and V rows (pool or converted buffer) */
-    const unsigned char *pk, *pv; /* the same rows of a later tile, to prefetch; or NULL */
-    int nk;                       /* keys any row sees (V rows read) */
-    int mask;                     /* diagonal tile: row r sees only its first lim[r] keys */
-    int first;                    /* first tile of the job: O starts at 0 */
-    int lim[4];
-};
-
-/* Online-softmax state of one row, every lane the same value. */
-struct rowstate {
-    __m256 m; /* running max */
-    __m256 l; /* running sum */
-};
 
 /* Dot products of R query rows with KJ keys (R * KJ <= 8): lane r * KJ + c of the result is
  * Qs row r . key j0 + c. Keys are rows of krow bytes from kt; f16 says their element type. */
@@ -151,26 +89,16 @@ INLINE void qk_rows(int R, int f16, const float *qs, int D, const struct tile *t
         s[0][1] = qk_block(1, 8, f16, qs, D, t->k, t->pk, krow, 8);
     } else if (R == 2) {
         UNROLL for (int h = 0; h < 2; h++) {
-            /* a = [r0 k0-3 | r1 k0-3], b = [r0 k4-7 | r1 k4-7] of this half */
             const __m256 a = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h);
             const __m256 b = qk_block(2, 4, f16, qs, D, t->k, t->pk, krow, 8 * h + 4);
-            s[0][h] = _mm256_permute2f128_ps(a, b, 0x20);
-            s[1][h] = _mm256_permute2f128_ps(a, b, 0x31);
+            scores_r2(a, b, s, h);
         }
     } else {
         UNROLL for (int h = 0; h < 2; h++) {
-            /* x[p] = [r0 k2p k2p+1, r1 k2p k2p+1 | r2 .., r3 ..] as 64-bit pairs */
             __m256d x[4];
             UNROLL for (int p = 0; p < 4; p++)
                 x[p] = _mm256_castps_pd(qk_block(R, 2, f16, qs, D, t->k, t->pk, krow, 8 * h + 2 * p));
-            const __m256 lo01 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[0], x[1])); /* [r0 k0-3 | r2 k0-3] */
-            const __m256 lo23 = _mm256_castpd_ps(_mm256_unpacklo_pd(x[2], x[3])); /* [r0 k4-7 | r2 k4-7] */
-            const __m256 hi01 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[0], x[1])); /* rows 1 and 3 */
-            const __m256 hi23 = _mm256_castpd_ps(_mm256_unpackhi_pd(x[2], x[3]));
-            s[0][h] = _mm256_permute2f128_ps(lo01, lo23, 0x20);
-            s[1][h] = _mm256_permute2f128_ps(hi01, hi23, 0x20);
-            s[2][h] = _mm256_permute2f128_ps(lo01, lo23, 0x31);
-            s[3][h] = _mm256_permute2f128_ps(hi01, hi23, 0x31); /* zeros when R == 3 */
+            scores_r4(x, s, h);
         }
     }
 }
@@ -230,38 +158,12 @@ INLINE void tile_rows(int R, int f16, int D, const float *qs, const struct tile 
     float alpha[4];
     __m256 s[4][2];
     qk_rows(R, f16, qs, D, t, s);
-    const __m256i iota0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i iota1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
-    int rescale = 0;
-    UNROLL for (int r = 0; r < R; r++) {
-        __m256 s0 = s[r][0], s1 = s[r][1];
-        if (t->mask) {
-            const __m256 ninf = _mm256_set1_ps(-INFINITY);
-            const __m256i l = _mm256_set1_epi32(t->lim[r]); /* keys [0, lim) visible */
-            s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota0)));
-            s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(l, iota1)));
-        }
-        const __m256 mn = _mm256_max_ps(st[r].m, bmax8(_mm256_max_ps(s0, s1)));
-        /* alpha = e^(m - m'), exactly 1 while the max does not move (most tiles) */
-        __m256 al = _mm256_set1_ps(1.0f);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(mn, st[r].m, _CMP_GT_OQ))) {
-            al = exp8(_mm256_sub_ps(st[r].m, mn));
-            rescale = 1;
-        }
-        const __m256 p0 = exp8(_mm256_sub_ps(s0, mn)), p1 = exp8(_mm256_sub_ps(s1, mn));
-        st[r].l = _mm256_fmadd_ps(al, st[r].l, bsum8(_mm256_add_ps(p0, p1)));
-        st[r].m = mn;
-        _mm256_store_ps(P + r * FA2_BLOCK, p0);
-        _mm256_store_ps(P + r * FA2_BLOCK + 8, p1);
-        alpha[r] = _mm256_cvtss_f32(al);
-    }
+    const int rescale = softmax_rows(R, t, s, st, P, alpha);
     pv_rows(R, R == 1 ? 8 : R == 2 ? 8 : 4, f16, D, t, P, o, alpha, rescale); /* R x NV <= 16 accumulators */
 }
 
 /* ================================================================ the job */
 
-/* tile_rows for fixed R and K/V type, each its own function (see fa2_avx2.c). */
-typedef void (*tile_fn)(int D, const float *qs, const struct tile *t, struct rowstate *st, float *const *o);
 
 #define TILE_FN(R, F)                                                                                     \
     static __attribute__((noinline)) void tile_##R##_##F(int D, const float *qs, const struct tile *t,    \
@@ -284,7 +186,7 @@ static const tile_fn g_tiles[2][4] = {{tile_1_0, tile_2_0, tile_3_0, tile_4_0}, 
 /* AVX-512 job, any head_dim; see fa2.h. Thread-safe; about 50 KiB of stack. */
 void fa2_avx512_job(const struct fa2_job *j)
 {
-    const int D = j->head_dim, G = j->n_grp, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
+    const int D = j->head_dim, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
     _Alignas(64) float qs[FA2_MAX_ROW_FLOATS]; /* (rows, D) q * scale */
     _Alignas(64) float kt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
     _Alignas(64) float vt[FA2_BLOCK * FA2_MAX_HEAD_DIM];
@@ -293,44 +195,20 @@ void fa2_avx512_job(const struct fa2_job *j)
 
     const __m512 sc = _mm512_set1_ps(j->scale);
     for (int r = 0; r < rows; r++) {
-        const float *q = j->q + (size_t)(r / G) * j->q_tok_stride + (size_t)(r % G) * D;
+        const float *q = job_row(j, r, &st[r], &o[r]);
         for (int d = 0; d < D; d += 16) {
             const __mmask16 m = first_n(D - d);
             _mm512_mask_storeu_ps(qs + (size_t)r * D + d, m, _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(m, q + d)));
         }
-        o[r] = j->o + (size_t)(r / G) * j->o_tok_stride + (size_t)(r % G) * D;
-        st[r].m = _mm256_set1_ps(-FLT_MAX / 2);
-        st[r].l = _mm256_setzero_ps();
     }
 
     /* more than 4 rows: several row blocks read each tile, so F16 is converted once into kt/vt */
     const int buffered = f16 && rows > 4;
     const tile_fn *tiles = g_tiles[buffered ? 0 : f16];
-    const int kend_last = j->kend0 + j->n_tok - 1;
-    const size_t tile_bytes = (size_t)FA2_BLOCK * D * (f16 ? 2 : 4);
-    for (int kb = j->kb0; kb < j->kb1 && kb < j->kb0 + FA2_PREFETCH_TILES; kb++) {
-        const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
-        for (size_t off = 0; off < tile_bytes; off += 64) {
-            _mm_prefetch((const char *)(j->k + boff + off), _MM_HINT_T0);
-            _mm_prefetch((const char *)(j->v + boff + off), _MM_HINT_T0);
-        }
-    }
+    prefetch_first_tiles(j, FA2_PREFETCH_TILES);
     for (int kb = j->kb0; kb < j->kb1; kb++) {
-        const int key0 = kb * FA2_BLOCK;
-        const size_t boff = (size_t)j->block_table[kb] * j->block_stride;
-        struct tile t = {
-            .k = j->k + boff,
-            .v = j->v + boff,
-            .nk = kend_last - key0 < FA2_BLOCK ? kend_last - key0 : FA2_BLOCK,
-            .mask = key0 + FA2_BLOCK > j->kend0,
-            .first = kb == j->kb0,
-        };
-        const unsigned char *pk = NULL, *pv = NULL;
-        if (kb + FA2_PREFETCH_TILES < j->kb1) {
-            const size_t poff = (size_t)j->block_table[kb + FA2_PREFETCH_TILES] * j->block_stride;
-            pk = j->k + poff;
-            pv = j->v + poff;
-        }
+        const unsigned char *pk, *pv;
+        struct tile t = job_tile(j, kb, FA2_PREFETCH_TILES, &pk, &pv);
         if (buffered) {
             /* the whole K tile (scores of invisible keys are masked), the visible V rows */
             const int nkd = FA2_BLOCK * D, nvd = t.nk * D;
@@ -350,23 +228,11 @@ void fa2_avx512_job(const struct fa2_job *j)
             t.pk = pk;
             t.pv = pv;
         }
-        for (int r0 = 0; r0 < rows; r0 += 4) {
-            const int R = rows - r0 < 4 ? rows - r0 : 4;
-            for (int r = 0; r < R; r++) t.lim[r] = j->kend0 + (r0 + r) / G - key0;
-            tiles[R - 1](D, qs + (size_t)r0 * D, &t, st + r0, o + r0);
-            t.pk = t.pv = NULL;
-        }
+        run_row_blocks(j, tiles, kb, &t, qs, st, o);
     }
-    if (j->kb0 >= j->kb1) /* no keys: not produced by fa2.c, but the output is defined */
-        for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
-
+    if (finish_job(j, st, o)) return;
     for (int r = 0; r < rows; r++) {
         const float l = _mm256_cvtss_f32(st[r].l);
-        if (j->ml) {
-            j->ml[2 * r] = _mm256_cvtss_f32(st[r].m);
-            j->ml[2 * r + 1] = l;
-            continue;
-        }
         const __m512 inv = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
         for (int d = 0; d < D; d += 16) {
             const __mmask16 m = first_n(D - d);

@@ -1,6 +1,6 @@
 /* kernels_avx2.c - AVX2 + FMA + F16C kernels. Built with -mavx2 -mfma -mf16c (the Makefile
- * does that for *_avx2.c); kernels.c calls them only after cpu_kernels_init() found those
- * instructions. Contracts: kernels_impl.h.
+ * does that for *_avx2.c); cpu_kernels.c calls them only after cpu_kernels_init() found those
+ * instructions. Contracts: cpu_kernels_impl.h.
  *
  * Quantized dots (Q8_0 or Q4_0 weights against Q8_0 activations) per 32-weight block:
  *   maddubs(|w|, sign(a, w))  -> 16 x i16 (exact: |w| <= 128, |a| <= 127)
@@ -9,7 +9,8 @@
  * The GEMMs register-block 2 weight rows x 4 tokens: each weight vector is loaded (and for Q4_0
  * unpacked) once for 4 tokens and each activation vector once for 2 rows. Q8_0 weights with
  * n_tok >= 4 take gemm_q8_il instead: activations repacked so that one cvt + fma covers 4 tokens. */
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/kernels_simd.h"
 
 #include "attnd/tensor.h"
 
@@ -20,9 +21,6 @@
 #error "kernels_avx2.c must be compiled with -mavx2 -mfma -mf16c"
 #endif
 
-#define INLINE static inline __attribute__((always_inline))
-
-enum { WT_F32, WT_F16, WT_BF16 };
 
 INLINE float hsum8(__m256 v)
 {
@@ -37,13 +35,6 @@ INLINE float ld_f32(const unsigned char *p)
     float v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-INLINE float ld_f16(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
 }
 
 INLINE float ld_bf16(const unsigned char *p)
@@ -200,61 +191,16 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
     }
 }
 
-/* Vector dot of float-type weights with f32 activations. */
-float cpu_avx2_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); }
-/* F16 weights, f32 activations. */
-float cpu_avx2_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); }
-/* BF16 weights, f32 activations. */
-float cpu_avx2_vec_dot_bf16(size_t n, const void *w, const void *a) { return dot_float(WT_BF16, n, w, a); }
-
-/* GEMM, F32 weights. */
-void cpu_avx2_gemm_f32(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                       size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_F32, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, F16 weights. */
-void cpu_avx2_gemm_f16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                       size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_F16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, BF16 weights. */
-void cpu_avx2_gemm_bf16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_BF16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
+/* The float-weight entry points (cpu_kernels_impl.h). */
+KERNELS_FLOAT_ENTRIES(avx2)
 
 /* ================================================================ quantized weights */
-
-/* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
- * 0..15, high nibbles 16..31) minus 8. */
-INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)
-{
-    if (!q4) return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
-    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES + 2));
-    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
-}
-
-INLINE float scale_w(int q4, const unsigned char *row, size_t b)
-{
-    return ld_f16(row + b * (q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES));
-}
 
 /* 8 x i32 partial sums of w . a for one block; wabs = |w|. */
 INLINE __m256i idot8(__m256i w, __m256i wabs, __m256i av)
 {
     __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, w));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-INLINE __m256i load_aq(const unsigned char *row, size_t b)
-{
-    return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
 }
 
 /* Matrix-vector: one row over nb blocks, activation scales already in f32 (sa[b]). Two blocks
@@ -561,19 +507,8 @@ float cpu_avx2_vec_dot_q4_0(size_t n, const void *w, const void *a)
     return y;
 }
 
-/* GEMM, Q8_0 weights. */
-void cpu_avx2_gemm_q8_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_quant(0, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, Q4_0 weights. */
-void cpu_avx2_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                        size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_quant(1, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
+/* GEMM, Q8_0 and Q4_0 weights (cpu_kernels_impl.h). */
+KERNELS_QUANT_GEMMS(avx2)
 
 /* ================================================================ quantize, conversions */
 

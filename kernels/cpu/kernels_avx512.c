@@ -1,13 +1,14 @@
 /* kernels_avx512.c - AVX-512 F/BW/VL/DQ kernels. Built with -mavx512f -mavx512bw -mavx512vl
- * -mavx512dq -mfma -mf16c (the Makefile does that for *_avx512.c); kernels.c calls them only after
- * cpu_kernels_init() found all four extensions. Contracts: kernels_impl.h.
+ * -mavx512dq -mfma -mf16c (the Makefile does that for *_avx512.c); cpu_kernels.c calls them only after
+ * cpu_kernels_init() found all four extensions. Contracts: cpu_kernels_impl.h.
  *
  * Same algorithms as kernels_avx2.c, twice as wide: float kernels take 16 elements per vector
  * and finish with a masked step instead of a scalar tail; quantized kernels put two 32-weight
  * blocks in one zmm (block b in the low 256 bits, b+1 in the high 256 bits) and do an odd last
  * block with the 256-bit sequence. AVX-512 has no vpsignb, so sign(a, w) is a masked 0 - a where
  * w < 0 (for w == 0 the product with |w| = 0 is 0 either way). */
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/kernels_simd.h"
 
 #include "attnd/tensor.h"
 
@@ -19,16 +20,6 @@
 #error "kernels_avx512.c must be compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c"
 #endif
 
-#define INLINE static inline __attribute__((always_inline))
-
-enum { WT_F32, WT_F16, WT_BF16 };
-
-INLINE float ld_f16(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
 
 INLINE __mmask16 tail_mask(size_t rem) { return (__mmask16)((1u << rem) - 1u); } /* rem in 1..15 */
 
@@ -127,54 +118,10 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
     }
 }
 
-/* F32 weights, f32 activations. */
-float cpu_avx512_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); }
-/* F16 weights, f32 activations. */
-float cpu_avx512_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); }
-/* BF16 weights, f32 activations. */
-float cpu_avx512_vec_dot_bf16(size_t n, const void *w, const void *a) { return dot_float(WT_BF16, n, w, a); }
-
-/* GEMM, F32 weights. */
-void cpu_avx512_gemm_f32(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                         size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_F32, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, F16 weights. */
-void cpu_avx512_gemm_f16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                         size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_F16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, BF16 weights. */
-void cpu_avx512_gemm_bf16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                          size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_float(WT_BF16, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
+/* The float-weight entry points (cpu_kernels_impl.h). */
+KERNELS_FLOAT_ENTRIES(avx512)
 
 /* ================================================================ quantized weights */
-
-/* Block b's 32 weights as int8 (Q4_0: low nibbles are elements 0..15, high 16..31, minus 8). */
-INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)
-{
-    if (!q4) return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
-    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES + 2));
-    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
-}
-
-INLINE __m256i load_aq(const unsigned char *row, size_t b)
-{
-    return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
-}
-
-INLINE float scale_w(int q4, const unsigned char *row, size_t b)
-{
-    return ld_f16(row + b * (q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES));
-}
 
 INLINE float scale_a(const unsigned char *row, size_t b) { return ld_f16(row + b * CPU_Q8_0_BYTES); }
 
@@ -286,19 +233,8 @@ float cpu_avx512_vec_dot_q8_0(size_t n, const void *w, const void *a) { return d
 /* Q4_0 weights x Q8_0 activations. */
 float cpu_avx512_vec_dot_q4_0(size_t n, const void *w, const void *a) { return dot_quant(1, n, w, a); }
 
-/* GEMM, Q8_0 weights. */
-void cpu_avx512_gemm_q8_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                          size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_quant(0, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
-
-/* GEMM, Q4_0 weights. */
-void cpu_avx512_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
-                          size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
-{
-    gemm_quant(1, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-}
+/* GEMM, Q8_0 and Q4_0 weights (cpu_kernels_impl.h). */
+KERNELS_QUANT_GEMMS(avx512)
 
 /* ================================================================ quantize, conversions */
 

@@ -253,11 +253,9 @@ static void query_limits(struct vkb_device *d)
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
 }
 
-attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_device **out)
+/* The options with their defaults and environment overrides filled in. */
+static struct vkb_device_opts resolve_opts(const struct vkb_device_opts *opts)
 {
-    attnd_status st = ATTND_OK;
-    *out = NULL;
-    g_err[0] = 0;
     struct vkb_device_opts o = {.device_index = -1, .validation = -1, .timestamps = 0};
     if (opts) o = *opts;
     if (o.validation < 0) {
@@ -268,14 +266,13 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
         const char *e = getenv("ATTND_VK_DEVICE");
         if (e && *e) o.device_index = atoi(e);
     }
-    struct vkb_device *d = calloc(1, sizeof *d);
-    if (!d) return fail(ATTND_ERR_NOMEM, "out of memory");
+    return o;
+}
 
-    if (o.validation && !has_layer("VK_LAYER_KHRONOS_validation")) {
-        free(d);
-        return fail(ATTND_ERR_UNSUPPORTED, "validation asked for but VK_LAYER_KHRONOS_validation is not installed "
-                                           "(package vulkan-validationlayers)");
-    }
+/* The instance, with the validation layer and its messenger when o asks for them. */
+static attnd_status create_instance(struct vkb_device *d, const struct vkb_device_opts *o)
+{
+    attnd_status st = ATTND_OK;
     const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                                    .pApplicationName = "attnd",
                                    .pEngineName = "attnd",
@@ -290,25 +287,27 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
         .pfnUserCallback = debug_cb,
         .pUserData = d};
     const VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                                      .pNext = o.validation ? &dbg : NULL,
+                                      .pNext = o->validation ? &dbg : NULL,
                                       .pApplicationInfo = &app,
-                                      .enabledLayerCount = o.validation ? 1 : 0,
+                                      .enabledLayerCount = o->validation ? 1 : 0,
                                       .ppEnabledLayerNames = layers,
-                                      .enabledExtensionCount = o.validation ? 1 : 0,
+                                      .enabledExtensionCount = o->validation ? 1 : 0,
                                       .ppEnabledExtensionNames = exts};
     VK_TRY(vkCreateInstance(&ici, NULL, &d->instance));
-    if (o.validation) {
+    if (o->validation) {
         PFN_vkCreateDebugUtilsMessengerEXT fn =
             (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(d->instance, "vkCreateDebugUtilsMessengerEXT");
-        if (!fn) {
-            st = fail(ATTND_ERR_UNSUPPORTED, "vkCreateDebugUtilsMessengerEXT not available");
-            goto err;
-        }
+        if (!fn) return fail(ATTND_ERR_UNSUPPORTED, "vkCreateDebugUtilsMessengerEXT not available");
         VK_TRY(fn(d->instance, &dbg, NULL, &d->messenger));
     }
-    if ((st = pick_device(d, o.device_index)) != ATTND_OK) goto err;
-    query_limits(d);
+err:
+    return st;
+}
 
+/* The logical device and its queue. */
+static attnd_status create_logical_device(struct vkb_device *d)
+{
+    attnd_status st = ATTND_OK;
     const float prio = 1.0f;
     const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                          .queueFamilyIndex = d->queue_family,
@@ -319,7 +318,15 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
                                     .pQueueCreateInfos = &qci};
     VK_TRY(vkCreateDevice(d->phys, &dci, NULL, &d->device));
     vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
+err:
+    return st;
+}
 
+/* The command pool with the compute and transfer command buffers, the fence, the descriptor
+ * pool, and the timestamp query pool when asked for and supported. */
+static attnd_status create_pools(struct vkb_device *d, const struct vkb_device_opts *o)
+{
+    attnd_status st = ATTND_OK;
     const VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                          .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                          .queueFamilyIndex = d->queue_family};
@@ -342,13 +349,34 @@ attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_de
                                             .poolSizeCount = 2,
                                             .pPoolSizes = ps};
     VK_TRY(vkCreateDescriptorPool(d->device, &dpi, NULL, &d->desc_pool));
-    if (o.timestamps && d->timestamp_mask && d->timestamp_period > 0) {
+    if (o->timestamps && d->timestamp_mask && d->timestamp_period > 0) {
         const VkQueryPoolCreateInfo qpi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                            .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                            .queryCount = 2};
         VK_TRY(vkCreateQueryPool(d->device, &qpi, NULL, &d->query_pool));
         d->lim.has_timestamps = 1;
     }
+err:
+    return st;
+}
+
+attnd_status vkb_device_create(const struct vkb_device_opts *opts, struct vkb_device **out)
+{
+    attnd_status st;
+    *out = NULL;
+    g_err[0] = 0;
+    const struct vkb_device_opts o = resolve_opts(opts);
+    struct vkb_device *d = calloc(1, sizeof *d);
+    if (!d) return fail(ATTND_ERR_NOMEM, "out of memory");
+
+    if (o.validation && !has_layer("VK_LAYER_KHRONOS_validation")) {
+        free(d);
+        return fail(ATTND_ERR_UNSUPPORTED, "validation asked for but VK_LAYER_KHRONOS_validation is not installed "
+                                           "(package vulkan-validationlayers)");
+    }
+    if ((st = create_instance(d, &o)) || (st = pick_device(d, o.device_index))) goto err;
+    query_limits(d);
+    if ((st = create_logical_device(d)) || (st = create_pools(d, &o))) goto err;
     log_info("vulkan: %s (%s), subgroup %u, shared %u B, max storage range %u B", d->lim.name,
              d->lim.is_cpu ? "CPU" : d->lim.is_discrete ? "discrete" : "GPU", d->lim.subgroup_size,
              d->lim.max_shared_bytes, d->lim.max_storage_range);

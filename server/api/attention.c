@@ -18,7 +18,8 @@
 /* The parsed query. */
 struct attn_query {
     unsigned long long layer, head;
-    const char *id; /* id= or NULL */
+    const char *id;    /* id= or NULL */
+    const char *index; /* index= (the choice of a chat or completion) or NULL */
     bool values;    /* values=1: also the value vectors and the head's output */
 };
 
@@ -40,11 +41,11 @@ static bool parse_flag(const char *s, bool *out)
 
 static bool parse_query(struct api_conn *c, struct attn_query *q, enum MHD_Result *ret)
 {
-    static const char *const names[] = {"layer", "head", "id", "values", NULL};
+    static const char *const names[] = {"layer", "head", "id", "values", "index", NULL};
     const char *val[API_QUERY_MAX];
     if (!api_query_read(c, names, val, ret)) return false;
     const char *layer = val[0], *head = val[1], *values = val[3];
-    *q = (struct attn_query){.id = val[2]};
+    *q = (struct attn_query){.id = val[2], .index = val[4]};
     if (!layer || !head)
         *ret = api_error(c, 400, "'layer' and 'head' are required, e.g. /attention?layer=0&head=0");
     else if (!api_parse_uint(layer, 1u << 20, &q->layer))
@@ -104,9 +105,9 @@ static void write_answer(struct api_buf *b, const struct attn_query *q, const st
                          const struct attn_result *res)
 {
     const size_t n = lk->n, hd = (size_t)lk->hp.head_dim;
-    api_buf_printf(b, "{\"id\":\"gen-%llu\",\"layer\":%llu,\"head\":%llu,\"kv_head\":%llu,\"n_tokens\":%zu,"
+    api_buf_printf(b, "{\"id\":\"%s\",\"layer\":%llu,\"head\":%llu,\"kv_head\":%llu,\"n_tokens\":%zu,"
                       "\"head_dim\":%zu,\"truncated\":%s,\"token_ids\":[",
-                   (unsigned long long)lk->id, q->layer, q->head,
+                   lk->name, q->layer, q->head,
                    q->head / (unsigned long long)(lk->hp.n_head / lk->hp.n_head_kv), n, hd,
                    lk->truncated ? "true" : "false");
     for (size_t i = 0; i < n; i++) api_buf_printf(b, "%s%d", i ? "," : "", lk->tokens[i]);
@@ -135,7 +136,7 @@ enum MHD_Result api_attention(struct api_conn *c)
     struct attn_query q;
     struct api_lookup lk;
     enum MHD_Result ret;
-    if (!parse_query(c, &q, &ret) || !api_lookup_begin(c, q.id, &lk, &ret)) return ret;
+    if (!parse_query(c, &q, &ret) || !api_lookup_begin(c, q.id, q.index, &lk, &ret)) return ret;
     if (q.layer >= (unsigned long long)lk.hp.n_layer)
         return api_error(c, 400, "'layer' %llu is out of range (the model has layers 0..%d)", q.layer, lk.hp.n_layer - 1);
     if (q.head >= (unsigned long long)lk.hp.n_head)
@@ -144,7 +145,7 @@ enum MHD_Result api_attention(struct api_conn *c)
     if (!api_lookup_tokens(c, &lk, "/attention maps", &ret)) return ret;
     if (lk.n == 0) {
         api_lookup_free(&lk);
-        return api_error(c, 404, "request gen-%llu has no tokens", (unsigned long long)lk.id);
+        return api_error(c, 404, "request %s has no tokens", lk.name);
     }
     struct attn_result res = {0};
     const char *why = NULL;

@@ -39,6 +39,8 @@ int api_status_code(attnd_status st, bool range_is_size)
     }
 }
 
+void api_error_count(struct http_server *srv, int code) { metrics_error(srv->metrics, (size_t)error_kind(code)); }
+
 void api_error_json(struct http_server *srv, struct api_buf *b, int code, const char *message)
 {
     enum api_error_kind kind = error_kind(code);

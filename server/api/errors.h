@@ -33,6 +33,10 @@ extern const char *const api_error_kind_names[API_ERROR_KIND_COUNT];
  * 4xx invalid_request, everything else internal_error. Never NULL. */
 const char *api_error_type(int code);
 
+/* Counts an error answer of HTTP status code in attnd_errors_total{type}, for a route that
+ * writes its errors in another shape (the OpenAI-compatible routes). */
+void api_error_count(struct http_server *srv, int code);
+
 /* The HTTP status for a failed engine call: ATTND_ERR_INVALID 400; ATTND_ERR_RANGE 400, or 413
  * when range_is_size (the range is a size cap on what the request sent, e.g. its token count);
  * ATTND_ERR_NOMEM and ATTND_ERR_UNSUPPORTED 503 (the server cannot do it now); anything else

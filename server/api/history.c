@@ -2,6 +2,7 @@
 #include "server/api/history.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,21 @@ struct api_history {
     struct entry *ring; /* (keep) */
     int keep, len, next;
 };
+
+/* key bits: 0..47 the number, 48..55 the choice, 56..63 the namespace */
+uint64_t api_history_key(enum api_history_ns ns, uint64_t n, unsigned index)
+{
+    if (ns == API_HISTORY_GEN) return n;
+    return (n & API_HISTORY_MAX_N) | ((uint64_t)(index & 0xffu) << 48) | ((uint64_t)ns << 56);
+}
+
+void api_history_id_str(uint64_t key, char *buf, size_t cap)
+{
+    unsigned ns = (unsigned)(key >> 56);
+    if (ns == API_HISTORY_CHAT || ns == API_HISTORY_CMPL)
+        snprintf(buf, cap, "%s-%llu", ns == API_HISTORY_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)(key & API_HISTORY_MAX_N));
+    else snprintf(buf, cap, "gen-%llu", (unsigned long long)key);
+}
 
 attnd_status api_history_create(int keep, struct api_history **out)
 {

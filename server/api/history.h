@@ -14,6 +14,15 @@
 struct http_server;
 struct api_history;
 
+/* History keys. A /v1/generate request is kept under its scheduler id (below 2^48); choice
+ * index (0..255) of a response of the OpenAI-compatible routes, whose id is chatcmpl-N or
+ * cmpl-N, under api_history_key(ns, N, index), so the two never collide. */
+enum api_history_ns { API_HISTORY_GEN = 0, API_HISTORY_CHAT = 1, API_HISTORY_CMPL = 2 };
+#define API_HISTORY_MAX_N ((1ull << 48) - 1)
+uint64_t api_history_key(enum api_history_ns ns, uint64_t n, unsigned index);
+/* The id the key's request was answered under ("gen-N", "chatcmpl-N", "cmpl-N"), into buf. */
+void api_history_id_str(uint64_t key, char *buf, size_t cap);
+
 /* A history of the keep (>= 1) most recent requests. Returns ATTND_OK, ATTND_ERR_INVALID
  * (keep < 1) or ATTND_ERR_NOMEM; *out stays NULL on failure. */
 attnd_status api_history_create(int keep, struct api_history **out);

@@ -216,7 +216,8 @@ void http_config_default(struct http_config *cfg)
                                 .api_key = NULL,
                                 .max_connections = 256,
                                 .max_per_client = 64,
-                                .timeout_ms = 30000};
+                                .timeout_ms = 30000,
+                                .chat_template = -1};
 }
 
 static attnd_status open_listener(struct http_server *srv, char *err, size_t errlen)

@@ -20,15 +20,16 @@ _Static_assert(API_LOGIT_LENS_TOP_MAX <= SCHED_MAX_LOGPROBS, "top= cap above wha
 /* The parsed query. */
 struct lens_query {
     unsigned long long pos, top;
-    const char *id; /* id= or NULL */
+    const char *id;    /* id= or NULL */
+    const char *index; /* index= (the choice of a chat or completion) or NULL */
 };
 
 static bool parse_query(struct api_conn *c, struct lens_query *q, enum MHD_Result *ret)
 {
-    static const char *const names[] = {"id", "pos", "top", NULL};
+    static const char *const names[] = {"id", "pos", "top", "index", NULL};
     const char *val[API_QUERY_MAX];
     if (!api_query_read(c, names, val, ret)) return false;
-    *q = (struct lens_query){.id = val[0], .top = API_LOGIT_LENS_TOP_DEFAULT};
+    *q = (struct lens_query){.id = val[0], .index = val[3], .top = API_LOGIT_LENS_TOP_DEFAULT};
     const char *pos = val[1], *top = val[2];
     if (!pos) *ret = api_error(c, 400, "'pos' is required, e.g. /logit_lens?pos=3");
     else if (!api_parse_uint(pos, 1u << 30, &q->pos)) *ret = api_error(c, 400, "'pos' must be a non-negative integer");
@@ -43,7 +44,7 @@ static void write_answer(struct api_buf *b, const struct tokenizer *tok, const s
                          const struct api_lookup *lk, const int *ids, const float *probs, char *piece, size_t cap)
 {
     const size_t k = (size_t)q->top;
-    api_buf_printf(b, "{\"id\":\"gen-%llu\",\"pos\":%llu,\"token_id\":%d,\"token\":", (unsigned long long)lk->id, q->pos,
+    api_buf_printf(b, "{\"id\":\"%s\",\"pos\":%llu,\"token_id\":%d,\"token\":", lk->name, q->pos,
                    lk->tokens[q->pos]);
     api_lookup_put_token(b, tok, lk->tokens[q->pos], piece, cap);
     api_buf_printf(b, ",\"n_tokens\":%zu,\"top\":%zu,\"layers\":[", lk->n, k);
@@ -99,12 +100,12 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
     struct lens_query q;
     struct api_lookup lk;
     enum MHD_Result ret;
-    if (!parse_query(c, &q, &ret) || !api_lookup_begin(c, q.id, &lk, &ret)) return ret;
+    if (!parse_query(c, &q, &ret) || !api_lookup_begin(c, q.id, q.index, &lk, &ret)) return ret;
     if (q.top > (unsigned long long)lk.hp.n_vocab) q.top = (unsigned long long)lk.hp.n_vocab;
     if (!api_lookup_tokens(c, &lk, "/logit_lens reads", &ret)) return ret;
     if (q.pos >= lk.n) {
-        ret = api_error(c, 400, "'pos' %llu is out of range (request gen-%llu has positions 0..%zu)", q.pos,
-                        (unsigned long long)lk.id, lk.n ? lk.n - 1 : 0);
+        ret = api_error(c, 400, "'pos' %llu is out of range (request %s has positions 0..%zu)", q.pos,
+                        lk.name, lk.n ? lk.n - 1 : 0);
         api_lookup_free(&lk);
         return ret;
     }

@@ -10,11 +10,13 @@
 #include "server/api/history.h"
 #include "server/api/query.h"
 
-bool api_lookup_begin(struct api_conn *c, const char *id_param, struct api_lookup *lk, enum MHD_Result *ret)
+bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *index_param, struct api_lookup *lk,
+                      enum MHD_Result *ret)
 {
-    *lk = (struct api_lookup){.by_id = id_param != NULL};
-    if (lk->by_id && !api_parse_gen_id(id_param, &lk->want_id)) {
-        *ret = api_error(c, 400, "'id' must look like gen-N (as /v1/generate answers)");
+    *lk = (struct api_lookup){.by_id = id_param != NULL, .want_name = id_param};
+    if ((lk->by_id || index_param) && !api_parse_request_id(id_param, index_param, &lk->want_id)) {
+        *ret = api_error(c, 400, "'id' must look like gen-N, chatcmpl-N or cmpl-N (as the routes answer), with "
+                                 "'index' 0..255 only for the last two");
         return false;
     }
     struct api_engine e;
@@ -34,8 +36,8 @@ bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *re
     int code = api_history_get(srv, lk->by_id, lk->want_id, &lk->id, &lk->tokens, &lk->n);
     if (code == 404) {
         if (lk->by_id)
-            *ret = api_error(c, 404, "no finished request gen-%llu (the last %d finished requests are kept)",
-                             (unsigned long long)lk->want_id, srv->cfg.keep_requests);
+            *ret = api_error(c, 404, "no finished request %s (the last %d finished requests are kept)",
+                             lk->want_name, srv->cfg.keep_requests);
         else *ret = api_error(c, 404, "no request has finished yet");
         return false;
     }
@@ -43,9 +45,10 @@ bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *re
         *ret = api_error_hdr(c, 503, "Retry-After", "1", "out of memory");
         return false;
     }
+    api_history_id_str(lk->id, lk->name, sizeof lk->name);
     if (lk->n > (size_t)srv->cfg.attention_max_tokens) {
-        *ret = api_error(c, 413, "request gen-%llu has %zu tokens; %s at most %d (--attention-max-tokens)",
-                         (unsigned long long)lk->id, lk->n, reads, srv->cfg.attention_max_tokens);
+        *ret = api_error(c, 413, "request %s has %zu tokens; %s at most %d (--attention-max-tokens)",
+                         lk->name, lk->n, reads, srv->cfg.attention_max_tokens);
         api_lookup_free(lk);
         return false;
     }

@@ -21,19 +21,23 @@ struct tokenizer;
 struct api_lookup {
     /* api_lookup_begin() */
     bool by_id;               /* id= was given */
-    uint64_t want_id;         /* its value */
+    uint64_t want_id;         /* its history key (history.h) */
+    const char *want_name;    /* id= as given */
     struct model_hparams hp;  /* the loaded model's shape */
     size_t n_ctx;             /* the scheduler's context length, tokens */
     /* api_lookup_tokens() */
-    uint64_t id;              /* the request found */
+    uint64_t id;              /* the request found (its history key) */
+    char name[64];            /* its id as answered: "gen-N", "chatcmpl-N" or "cmpl-N" */
     int32_t *tokens;          /* (n) its prompt then generated tokens, malloc'd */
     size_t n;                 /* at most n_ctx */
     bool truncated;           /* the request had more than n_ctx tokens */
 };
 
-/* Parses id_param (the value of id=, NULL when absent: the most recent request) and reads the
- * model's shape. Answers 400 for a bad id, 503 when no model is loaded. */
-bool api_lookup_begin(struct api_conn *c, const char *id_param, struct api_lookup *lk, enum MHD_Result *ret);
+/* Parses id_param (the value of id=, NULL when absent: the most recent request) and
+ * index_param (index=: the choice of a chat or completion with n > 1; NULL: 0) and reads the
+ * model's shape. Answers 400 for a bad id or index, 503 when no model is loaded. */
+bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *index_param, struct api_lookup *lk,
+                      enum MHD_Result *ret);
 
 /* Copies the request's tokens out of the history: 404 when there is no such request, 503 out
  * of memory, 413 when it has more than cfg.attention_max_tokens (the message says

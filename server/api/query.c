@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server/api/errors.h"
+#include "server/api/history.h"
 
 struct query_state {
     const char *const *names;
@@ -59,12 +60,17 @@ bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *o
     return true;
 }
 
-bool api_parse_gen_id(const char *s, uint64_t *out)
+bool api_parse_request_id(const char *s, const char *index, uint64_t *key)
 {
     if (!s) return false;
-    if (!strncmp(s, "gen-", 4)) s += 4;
-    unsigned long long v;
-    if (!api_parse_uint(s, UINT64_MAX, &v)) return false;
-    *out = (uint64_t)v;
+    enum api_history_ns ns = !strncmp(s, "chatcmpl-", 9) ? API_HISTORY_CHAT
+                             : !strncmp(s, "cmpl-", 5)   ? API_HISTORY_CMPL
+                                                         : API_HISTORY_GEN;
+    if (ns != API_HISTORY_GEN) s = strchr(s, '-') + 1;
+    else if (!strncmp(s, "gen-", 4)) s += 4;
+    unsigned long long n, i = 0;
+    if (!api_parse_uint(s, API_HISTORY_MAX_N, &n)) return false;
+    if (index && (ns == API_HISTORY_GEN || !api_parse_uint(index, 255, &i))) return false;
+    *key = api_history_key(ns, n, (unsigned)i);
     return true;
 }

@@ -21,7 +21,9 @@ bool api_query_read(struct api_conn *c, const char *const *names, const char **v
  * other byte or a value over max (*out untouched then). */
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 
-/* Parses a request id as /v1/generate answers it ("gen-N") or as the bare number N. */
-bool api_parse_gen_id(const char *s, uint64_t *out);
+/* Parses a request id as any generation route answers it ("gen-N", "chatcmpl-N", "cmpl-N",
+ * or N) with index (the choice, 0..255; NULL: 0; only for chatcmpl/cmpl) into its history key
+ * (history.h). False when malformed. */
+bool api_parse_request_id(const char *s, const char *index, uint64_t *key);
 
 #endif

@@ -9,11 +9,15 @@
 #include "server/api/logit_lens.h"
 #include "server/api/metrics_route.h"
 #include "server/api/models.h"
+#include "server/api/oai_chat.h"
+#include "server/api/oai_completions.h"
 #include "server/api/web.h"
 
 const struct api_route api_routes[] = {
     /* path          match        methods      open   engine handler */
     {"/v1/generate", NULL,        "POST",      false, true,  api_generate},
+    {"/v1/chat/completions", NULL, "POST",     false, true,  oai_chat},
+    {"/v1/completions", NULL,     "POST",      false, true,  oai_completions},
     {"/attention",   NULL,        "GET, HEAD", false, true,  api_attention},
     {"/logit_lens",  NULL,        "GET, HEAD", false, true,  api_logit_lens},
     {"/health",      NULL,        "GET, HEAD", true,  false, api_health},

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/chat_template.h"
+#include "attnd/check.h"
 #include "attnd/forward.h"
 
 int cli_int(const char *flag, const char *s, long lo, long hi, long *out)
@@ -71,22 +73,137 @@ int cli_int_list(const char *flag, const char *s, int32_t **out, size_t *n)
     return 0;
 }
 
-int cli_backend_flag(const char *flag, const char *v, int *backend, int *vk_device)
+int cli_parse_backend(const char *flag, const char *v, void *dest)
 {
-    if (!strcmp(flag, "--backend")) {
-        enum fwd_backend b;
-        if (!v || fwd_backend_parse(v, &b)) {
-            fprintf(stderr, "attnd: --backend expects auto, vulkan or cpu, got '%s'\n", v ? v : "");
-            return -1;
-        }
-        *backend = (int)b;
-        return 1;
+    enum fwd_backend b;
+    if (fwd_backend_parse(v, &b)) {
+        fprintf(stderr, "attnd: %s expects auto, vulkan or cpu, got '%s'\n", flag, v);
+        return -1;
     }
-    if (!strcmp(flag, "--vk-device")) {
-        long n;
-        if (cli_int(flag, v, 0, 63, &n)) return -1;
-        *vk_device = (int)n + 1;
-        return 1;
+    *(int *)dest = (int)b;
+    return 0;
+}
+
+int cli_parse_vk_device(const char *flag, const char *v, void *dest)
+{
+    long n;
+    if (cli_int(flag, v, 0, 63, &n)) return -1;
+    *(int *)dest = (int)n + 1;
+    return 0;
+}
+
+int cli_parse_chat_template(const char *flag, const char *v, void *dest)
+{
+    enum chat_family f;
+    if (chat_family_parse(v, &f)) {
+        fprintf(stderr, "attnd: %s expects chatml, llama3, mistral, gemma or phi3, got '%s'\n", flag, v);
+        return -1;
+    }
+    *(int *)dest = (int)f;
+    return 0;
+}
+
+/* ---- the table-driven parser ----------------------------------------------------------------- */
+
+static const struct cli_opt *find_opt(const struct cli_opt *opts, const char *a)
+{
+    for (const struct cli_opt *o = opts; o->type != CLI_END; o++)
+        if (!strcmp(a, o->name) || (o->short_name && !strcmp(a, o->short_name)) || (o->alias && !strcmp(a, o->alias)))
+            return o;
+    return NULL;
+}
+
+static int parse_choice(const struct cli_opt *o, const char *flag, const char *v)
+{
+    for (const struct cli_choice *c = o->choices; c->name; c++)
+        if (!strcmp(v, c->name)) {
+            *(int *)o->dest = c->value;
+            return 0;
+        }
+    fprintf(stderr, "attnd: %s expects ", flag);
+    for (const struct cli_choice *c = o->choices; c->name; c++)
+        fprintf(stderr, "%s%s", c->name, !c[1].name ? "" : !c[2].name ? " or " : ", ");
+    fprintf(stderr, ", got '%s'\n", v);
+    return -1;
+}
+
+/* Stores value v of option o (spelt flag on the command line); 0 or -1 after a message. */
+static int store(const struct cli_opt *o, const char *flag, const char *v)
+{
+    long l;
+    double d;
+    switch (o->type) {
+    case CLI_STR: *(const char **)o->dest = v; return 0;
+    case CLI_CHOICE: return parse_choice(o, flag, v);
+    case CLI_CUSTOM: return o->parse(flag, v, o->dest);
+    case CLI_FLOAT:
+        if (cli_float(flag, v, o->lo, o->hi, &d)) return -1;
+        *(float *)o->dest = (float)d;
+        return 0;
+    default: break;
+    }
+    if (cli_int(flag, v, (long)o->lo, (long)o->hi, &l)) return -1;
+    switch (o->type) {
+    case CLI_LONG: *(long *)o->dest = l; break;
+    case CLI_INT: *(int *)o->dest = (int)l; break;
+    case CLI_U64: *(uint64_t *)o->dest = (uint64_t)l; break;
+    case CLI_SIZE: *(size_t *)o->dest = (size_t)l; break;
+    default: ATTND_CHECK(0 && "cli: option type without a parser"); return -1;
     }
     return 0;
+}
+
+int cli_parse(const struct cli_cmd *cmd, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const struct cli_opt *o = find_opt(cmd->opts, a);
+        if (!o && cmd->positional && !*cmd->positional && a[0] != '-') {
+            *cmd->positional = a;
+            continue;
+        }
+        if (!o) {
+            fprintf(stderr, "attnd %s: unknown option '%s'\n", cmd->name, a);
+            cli_usage(cmd, stderr);
+            return 2;
+        }
+        if (o->type == CLI_FLAG && !o->dest) { /* --help */
+            cli_usage(cmd, stdout);
+            return 0;
+        }
+        if (o->type == CLI_FLAG) {
+            *(int *)o->dest = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "attnd %s: %s needs a value\n", cmd->name, a);
+            cli_usage(cmd, stderr);
+            return 2;
+        }
+        if (store(o, a, argv[++i])) return 2;
+    }
+    return CLI_GO;
+}
+
+/* Prints text with each '\n' followed by an indent of col spaces. */
+static void print_indented(FILE *f, const char *text, int col)
+{
+    for (const char *p = text; *p; p++) {
+        fputc(*p, f);
+        if (*p == '\n') fprintf(f, "%*s", col, "");
+    }
+}
+
+void cli_usage(const struct cli_cmd *cmd, FILE *f)
+{
+    enum { COL = 30 };
+    fprintf(f, "usage: %s\n", cmd->usage);
+    for (const struct cli_opt *o = cmd->opts; o->type != CLI_END; o++) {
+        int n = fprintf(f, "  %s%s%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->name,
+                        o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "%*s", n < COL - 1 ? COL - n : 2, "");
+        print_indented(f, o->help ? o->help : "", COL);
+        fputc('\n', f);
+    }
+    if (cmd->footer) fputs(cmd->footer, f);
 }

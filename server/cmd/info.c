@@ -17,6 +17,7 @@
 
 #include "attnd/gguf.h"
 #include "attnd/tensor.h"
+#include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
 static void print_str(struct gguf_str s, size_t max)
@@ -185,19 +186,16 @@ int cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: attnd info [--json] FILE.gguf\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!path && argv[i][0] != '-') path = argv[i];
-        else {
-            fprintf(stderr, "attnd info: unexpected argument '%s'\nusage: attnd info [--json] FILE.gguf\n", argv[i]);
-            return 2;
-        }
-    }
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--json", NULL, CLI_FLAG, &json, NULL, "print one JSON object (tests/js/check_gguf.mjs reads it)")},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {.name = "info", .usage = "attnd info [--json] FILE.gguf", .opts = opts, .positional = &path};
+    int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed != CLI_GO) return parsed;
     if (!path) {
-        fprintf(stderr, "usage: attnd info [--json] FILE.gguf\n");
+        cli_usage(&cmd, stderr);
         return 2;
     }
     char err[512];

@@ -15,6 +15,7 @@
 #include "attnd/gguf.h"
 #include "attnd/gguf_writer.h"
 #include "attnd/tensor.h"
+#include "attnd/utf8.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
@@ -68,17 +69,6 @@ static int byte_to_cp(int b)
     for (int x = 0; x < b; x++)
         if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
     return 256 + n;
-}
-
-static size_t put_utf8(char *o, int cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    o[0] = (char)(0xc0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3f));
-    return 2; /* every code point of the map is below U+0800 */
 }
 
 struct vocab {
@@ -180,7 +170,7 @@ static int write_own_vocab(struct gguf_writer *w, long V, long max_merges, char 
     for (int b = 0; b < 256; b++) {
         char *s = calloc(1, 4);
         if (!s) goto out;
-        put_utf8(s, byte_to_cp(b));
+        utf8_encode((uint32_t)byte_to_cp(b), s); /* below U+0800: 2 bytes at most */
         if (vocab_add(&v, s)) goto out;
     }
     long room = V - 256 - 2;
@@ -278,15 +268,157 @@ static int fill(void *ud, int idx, void *buf, size_t nbytes)
     return 0;
 }
 
-static void usage(FILE *f)
+static const struct cli_choice g_wtypes[] = {{"f32", TENSOR_F32},   {"f16", TENSOR_F16},   {"bf16", TENSOR_BF16},
+                                            {"q8_0", TENSOR_Q8_0}, {"q4_0", TENSOR_Q4_0}, {NULL, 0}};
+
+/* Checks the model shape the flags asked for; 0, or 2 after a message. */
+static int check_shape(struct mk *k)
 {
-    fprintf(f,
-            "usage: attnd mkmodel -o FILE --arch llama|qwen2 --layers N --dim D --heads H --kv-heads K\n"
-            "                     --ffn F --vocab-size V [--tied] [--type f32|f16|bf16|q8_0|q4_0] [--seed S]\n"
-            "                     [--ctx N] [--merges N] [--vocab-from OTHER.gguf]\n"
-            "  Writes a model with seeded random weights. Without --vocab-from the vocabulary is attnd's\n"
-            "  own byte-level BPE (256 byte tokens, up to --merges learnt merges, <|bos|>, <|endoftext|>),\n"
-            "  padded to V; with it, the tokenizer.* metadata of OTHER is copied and V is its size.\n");
+    if (k->kv_heads < 0) k->kv_heads = k->heads;
+    if (strcmp(k->arch, "llama") && strcmp(k->arch, "qwen2")) {
+        fprintf(stderr, "attnd mkmodel: --arch must be llama or qwen2\n");
+        return 2;
+    }
+    if (k->dim % k->heads || k->heads % k->kv_heads || (k->dim / k->heads) % 2) {
+        fprintf(stderr, "attnd mkmodel: --dim must be a multiple of --heads (even head size), --heads of --kv-heads\n");
+        return 2;
+    }
+    size_t blk = tensor_block_elems(k->wtype);
+    if (k->dim % (long)blk || k->ffn % (long)blk) {
+        fprintf(stderr, "attnd mkmodel: --dim and --ffn must be multiples of %zu for %s\n", blk,
+                tensor_type_name(k->wtype));
+        return 2;
+    }
+    return 0;
+}
+
+/* Fills *k, *out and *vocab_from from argv; returns CLI_GO, or the exit status. */
+static int parse_args(struct mk *k, const char **out, const char **vocab_from, int argc, char **argv)
+{
+    int wtype = TENSOR_F32;
+    const struct cli_opt opts[] = {
+        {CLI_OPT("-o", NULL, CLI_STR, out, "FILE", "the GGUF file to write (required)")},
+        {CLI_OPT("--arch", NULL, CLI_STR, &k->arch, "llama|qwen2", "architecture (required)")},
+        {CLI_OPT("--layers", NULL, CLI_LONG, &k->layers, "N", "blocks (required)"), CLI_RANGE(1, 1024)},
+        {CLI_OPT("--dim", NULL, CLI_LONG, &k->dim, "D", "embedding width (required)"), CLI_RANGE(1, 65536)},
+        {CLI_OPT("--heads", NULL, CLI_LONG, &k->heads, "H", "attention heads (required)"), CLI_RANGE(1, 1024)},
+        {CLI_OPT("--kv-heads", NULL, CLI_LONG, &k->kv_heads, "K", "key/value heads (default: --heads)"), CLI_RANGE(1, 1024)},
+        {CLI_OPT("--ffn", NULL, CLI_LONG, &k->ffn, "F", "feed-forward width (required)"), CLI_RANGE(1, 1 << 18)},
+        {CLI_OPT("--vocab-size", NULL, CLI_LONG, &k->vocab, "V", "vocabulary size (required without --vocab-from)"),
+         CLI_RANGE(1, 1 << 22)},
+        {CLI_OPT("--tied", NULL, CLI_FLAG, &k->tied, NULL, "the output layer is the token embedding")},
+        {CLI_OPT("--type", NULL, CLI_CHOICE, &wtype, "f32|f16|bf16|q8_0|q4_0", "weight type (default f32)"),
+         .choices = g_wtypes},
+        {CLI_OPT("--seed", NULL, CLI_U64, &k->seed, "S", "weights seed (default 42)"), CLI_RANGE(0, 0x7fffffffL)},
+        {CLI_OPT("--ctx", NULL, CLI_LONG, &k->ctx, "N", "context_length (default 4096)"), CLI_RANGE(1, 1 << 24)},
+        {CLI_OPT("--merges", NULL, CLI_LONG, &k->merges, "N", "most BPE merges learnt (default 1000)"),
+         CLI_RANGE(0, 1 << 20)},
+        {CLI_OPT("--vocab-from", NULL, CLI_STR, vocab_from, "OTHER.gguf", "copy OTHER's tokenizer.* metadata")},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "mkmodel",
+        .usage = "attnd mkmodel -o FILE --arch llama|qwen2 --layers N --dim D --heads H --kv-heads K\n"
+                 "                     --ffn F --vocab-size V [options]",
+        .opts = opts,
+        .footer = "  Writes a model with seeded random weights. Without --vocab-from the vocabulary is attnd's\n"
+                  "  own byte-level BPE (256 byte tokens, up to --merges learnt merges, <|bos|>, <|endoftext|>),\n"
+                  "  padded to V; with it, the tokenizer.* metadata of OTHER is copied and V is its size.\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc;
+    k->wtype = (uint32_t)wtype;
+    if (!*out || !k->arch || k->layers < 0 || k->dim < 0 || k->heads < 0 || k->ffn < 0 ||
+        (k->vocab < 0 && !*vocab_from)) {
+        fprintf(stderr, "attnd mkmodel: -o, --arch, --layers, --dim, --heads, --ffn and --vocab-size are required\n");
+        cli_usage(&cmd, stderr);
+        return 2;
+    }
+    return check_shape(k) ? 2 : CLI_GO;
+}
+
+/* Writes general.* and ARCH.* metadata; 0 or -1 (out of memory). */
+static int write_hparams(const struct mk *k, struct gguf_writer *w)
+{
+    const char *ar = k->arch;
+    int qwen = !strcmp(ar, "qwen2");
+    uint32_t ftype = k->wtype == TENSOR_F32    ? 0
+                     : k->wtype == TENSOR_F16  ? 1
+                     : k->wtype == TENSOR_Q8_0 ? 7
+                     : k->wtype == TENSOR_Q4_0 ? 2
+                                               : 32;
+    char key[128];
+#define KEY(s) (snprintf(key, sizeof key, "%s.%s", ar, s), key)
+    int bad = gguf_writer_set_str(w, "general.architecture", ar, strlen(ar)) ||
+              gguf_writer_set_str(w, "general.name", "attnd-mkmodel", 13) ||
+              gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)k->ctx) ||
+              gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)k->dim) ||
+              gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)k->layers) ||
+              gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)k->ffn) ||
+              gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)k->heads) ||
+              gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)k->kv_heads) ||
+              gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f) ||
+              gguf_writer_set_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f) ||
+              gguf_writer_set_u32(w, "general.file_type", ftype);
+#undef KEY
+    return bad ? -1 : 0;
+}
+
+/* Copies the tokenizer.* metadata of vocab_from into w and sets k->vocab to its size;
+ * 0, or -1 after a message on stderr. */
+static int copy_vocab(struct mk *k, struct gguf_writer *w, const char *vocab_from)
+{
+    char err[512];
+    struct gguf *src = NULL;
+    int rc = -1;
+    if (gguf_open(vocab_from, &src, err, sizeof err)) {
+        fprintf(stderr, "attnd mkmodel: --vocab-from %s: %s\n", vocab_from, err);
+        return -1;
+    }
+    enum gguf_vtype et;
+    uint64_t nt;
+    if (gguf_get_arr(src, "tokenizer.ggml.tokens", &et, &nt) || et != GGUF_STRING || nt == 0 || nt > (1u << 22)) {
+        fprintf(stderr, "attnd mkmodel: --vocab-from %s has no tokenizer.ggml.tokens string array\n", vocab_from);
+        goto out;
+    }
+    if (k->vocab >= 0 && k->vocab != (long)nt) {
+        fprintf(stderr, "attnd mkmodel: --vocab-size %ld disagrees with the %" PRIu64 " tokens of %s\n", k->vocab, nt,
+                vocab_from);
+        goto out;
+    }
+    k->vocab = (long)nt;
+    for (int64_t i = 0; i < gguf_n_kv(src); i++)
+        if (!strncmp(gguf_kv_key(src, i), "tokenizer.", 10) && gguf_writer_copy_kv(w, src, i)) {
+            fprintf(stderr, "attnd mkmodel: out of memory\n");
+            goto out;
+        }
+    rc = 0;
+out:
+    gguf_close(src);
+    return rc;
+}
+
+/* Declares every tensor of the model in w (and in k->names); 0 or -1 (out of memory). */
+static int add_tensors(struct mk *k, struct gguf_writer *w)
+{
+    int qwen = !strcmp(k->arch, "qwen2");
+    uint64_t D = (uint64_t)k->dim, hd = D / (uint64_t)k->heads, nkv = hd * (uint64_t)k->kv_heads, F = (uint64_t)k->ffn;
+    int bad = add(k, w, "token_embd.weight", k->wtype, D, (uint64_t)k->vocab) ||
+              add(k, w, "output_norm.weight", TENSOR_F32, D, 0) ||
+              (!k->tied && add(k, w, "output.weight", k->wtype, D, (uint64_t)k->vocab));
+    for (long l = 0; l < k->layers && !bad; l++) {
+        char nm[64];
+#define T(s, ty, a, b) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), add(k, w, nm, ty, a, b))
+        bad = T("attn_norm.weight", TENSOR_F32, D, 0) || T("attn_q.weight", k->wtype, D, D) ||
+              T("attn_k.weight", k->wtype, D, nkv) || T("attn_v.weight", k->wtype, D, nkv) ||
+              (qwen && (T("attn_q.bias", TENSOR_F32, D, 0) || T("attn_k.bias", TENSOR_F32, nkv, 0) ||
+                        T("attn_v.bias", TENSOR_F32, nkv, 0))) ||
+              T("attn_output.weight", k->wtype, D, D) || T("ffn_norm.weight", TENSOR_F32, D, 0) ||
+              T("ffn_gate.weight", k->wtype, D, F) || T("ffn_up.weight", k->wtype, D, F) ||
+              T("ffn_down.weight", k->wtype, F, D);
+#undef T
+    }
+    return bad ? -1 : 0;
 }
 
 int cmd_mkmodel(int argc, char **argv)
@@ -294,146 +426,27 @@ int cmd_mkmodel(int argc, char **argv)
     struct mk k = {.arch = NULL, .layers = -1, .dim = -1, .heads = -1, .kv_heads = -1, .ffn = -1, .vocab = -1,
                    .ctx = 4096, .merges = 1000, .wtype = TENSOR_F32, .seed = 42};
     const char *out = NULL, *vocab_from = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long *num = NULL, lo = 1, hi = 1 << 20;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--tied")) {
-            k.tied = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "attnd mkmodel: unknown option or missing value: '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--arch")) k.arch = v;
-        else if (!strcmp(a, "--vocab-from")) vocab_from = v;
-        else if (!strcmp(a, "--type")) {
-            if (!strcmp(v, "f32")) k.wtype = TENSOR_F32;
-            else if (!strcmp(v, "f16")) k.wtype = TENSOR_F16;
-            else if (!strcmp(v, "bf16")) k.wtype = TENSOR_BF16;
-            else if (!strcmp(v, "q8_0")) k.wtype = TENSOR_Q8_0;
-            else if (!strcmp(v, "q4_0")) k.wtype = TENSOR_Q4_0;
-            else {
-                fprintf(stderr, "attnd mkmodel: --type must be f32, f16, bf16, q8_0 or q4_0\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--seed")) {
-            long s;
-            if (cli_int(a, v, 0, 0x7fffffffL, &s)) return 2;
-            k.seed = (uint64_t)s;
-        } else if (!strcmp(a, "--layers")) num = &k.layers, hi = 1024;
-        else if (!strcmp(a, "--dim")) num = &k.dim, hi = 65536;
-        else if (!strcmp(a, "--heads")) num = &k.heads, hi = 1024;
-        else if (!strcmp(a, "--kv-heads")) num = &k.kv_heads, hi = 1024;
-        else if (!strcmp(a, "--ffn")) num = &k.ffn, hi = 1 << 18;
-        else if (!strcmp(a, "--vocab-size")) num = &k.vocab, hi = 1 << 22;
-        else if (!strcmp(a, "--ctx")) num = &k.ctx, hi = 1 << 24;
-        else if (!strcmp(a, "--merges")) num = &k.merges, lo = 0;
-        else {
-            fprintf(stderr, "attnd mkmodel: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (num && cli_int(a, v, lo, hi, num)) return 2;
-    }
-    if (!out || !k.arch || k.layers < 0 || k.dim < 0 || k.heads < 0 || k.ffn < 0 || (k.vocab < 0 && !vocab_from)) {
-        fprintf(stderr, "attnd mkmodel: -o, --arch, --layers, --dim, --heads, --ffn and --vocab-size are required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (k.kv_heads < 0) k.kv_heads = k.heads;
-    if (strcmp(k.arch, "llama") && strcmp(k.arch, "qwen2")) {
-        fprintf(stderr, "attnd mkmodel: --arch must be llama or qwen2\n");
-        return 2;
-    }
-    if (k.dim % k.heads || k.heads % k.kv_heads || (k.dim / k.heads) % 2) {
-        fprintf(stderr, "attnd mkmodel: --dim must be a multiple of --heads (even head size), --heads of --kv-heads\n");
-        return 2;
-    }
-    size_t blk = tensor_block_elems(k.wtype);
-    if (k.dim % (long)blk || k.ffn % (long)blk) {
-        fprintf(stderr, "attnd mkmodel: --dim and --ffn must be multiples of %zu for %s\n", blk,
-                tensor_type_name(k.wtype));
-        return 2;
-    }
+    int rc = parse_args(&k, &out, &vocab_from, argc, argv);
+    if (rc != CLI_GO) return rc;
 
     char err[512] = "";
-    int rc = 1;
-    struct gguf *src = NULL;
+    rc = 1;
     struct gguf_writer *w = gguf_writer_create();
-    if (!w) goto out;
-    const char *ar = k.arch;
-    int qwen = !strcmp(ar, "qwen2");
-    char key[128];
-#define KEY(s) (snprintf(key, sizeof key, "%s.%s", ar, s), key)
-    if (gguf_writer_set_str(w, "general.architecture", ar, strlen(ar)) ||
-        gguf_writer_set_str(w, "general.name", "attnd-mkmodel", 13) ||
-        gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)k.ctx) ||
-        gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)k.dim) ||
-        gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)k.layers) ||
-        gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)k.ffn) ||
-        gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)k.heads) ||
-        gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)k.kv_heads) ||
-        gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f) ||
-        gguf_writer_set_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f) ||
-        gguf_writer_set_u32(w, "general.file_type", k.wtype == TENSOR_F32 ? 0 : k.wtype == TENSOR_F16 ? 1 : k.wtype == TENSOR_Q8_0 ? 7 : k.wtype == TENSOR_Q4_0 ? 2 : 32))
-        goto oom;
-#undef KEY
+    if (!w || write_hparams(&k, w)) goto oom;
     if (vocab_from) {
-        if (gguf_open(vocab_from, &src, err, sizeof err)) {
-            fprintf(stderr, "attnd mkmodel: --vocab-from %s: %s\n", vocab_from, err);
-            goto out;
-        }
-        enum gguf_vtype et;
-        uint64_t nt;
-        if (gguf_get_arr(src, "tokenizer.ggml.tokens", &et, &nt) || et != GGUF_STRING || nt == 0 || nt > (1u << 22)) {
-            fprintf(stderr, "attnd mkmodel: --vocab-from %s has no tokenizer.ggml.tokens string array\n", vocab_from);
-            goto out;
-        }
-        if (k.vocab >= 0 && k.vocab != (long)nt) {
-            fprintf(stderr, "attnd mkmodel: --vocab-size %ld disagrees with the %" PRIu64 " tokens of %s\n", k.vocab,
-                    nt, vocab_from);
-            goto out;
-        }
-        k.vocab = (long)nt;
-        for (int64_t i = 0; i < gguf_n_kv(src); i++)
-            if (!strncmp(gguf_kv_key(src, i), "tokenizer.", 10) && gguf_writer_copy_kv(w, src, i)) goto oom;
+        if (copy_vocab(&k, w, vocab_from)) goto out;
     } else if (write_own_vocab(w, k.vocab, k.merges, err, sizeof err)) {
         fprintf(stderr, "attnd mkmodel: %s\n", err);
         goto out;
     }
-
-    uint64_t D = (uint64_t)k.dim, hd = D / (uint64_t)k.heads, nkv = hd * (uint64_t)k.kv_heads, F = (uint64_t)k.ffn;
-    int bad = add(&k, w, "token_embd.weight", k.wtype, D, (uint64_t)k.vocab) ||
-              add(&k, w, "output_norm.weight", TENSOR_F32, D, 0) ||
-              (!k.tied && add(&k, w, "output.weight", k.wtype, D, (uint64_t)k.vocab));
-    for (long l = 0; l < k.layers && !bad; l++) {
-        char nm[64];
-#define T(s, ty, a, b) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), add(&k, w, nm, ty, a, b))
-        bad = T("attn_norm.weight", TENSOR_F32, D, 0) || T("attn_q.weight", k.wtype, D, D) ||
-              T("attn_k.weight", k.wtype, D, nkv) || T("attn_v.weight", k.wtype, D, nkv) ||
-              (qwen && (T("attn_q.bias", TENSOR_F32, D, 0) || T("attn_k.bias", TENSOR_F32, nkv, 0) ||
-                        T("attn_v.bias", TENSOR_F32, nkv, 0))) ||
-              T("attn_output.weight", k.wtype, D, D) || T("ffn_norm.weight", TENSOR_F32, D, 0) ||
-              T("ffn_gate.weight", k.wtype, D, F) || T("ffn_up.weight", k.wtype, D, F) ||
-              T("ffn_down.weight", k.wtype, F, D);
-#undef T
-    }
-    if (bad) goto oom;
+    if (add_tensors(&k, w)) goto oom;
     cpu_kernels_init();
     if (gguf_writer_write(w, out, fill, &k, err, sizeof err)) {
         fprintf(stderr, "attnd mkmodel: %s\n", err);
         goto out;
     }
     fprintf(stderr, "attnd mkmodel: wrote %s (%s, %ld layers, d=%ld, %ld/%ld heads, ffn %ld, vocab %ld, %s)\n", out,
-            ar, k.layers, k.dim, k.heads, k.kv_heads, k.ffn, k.vocab, tensor_type_name(k.wtype));
+            k.arch, k.layers, k.dim, k.heads, k.kv_heads, k.ffn, k.vocab, tensor_type_name(k.wtype));
     rc = 0;
     goto out;
 oom:
@@ -442,6 +455,5 @@ out:
     for (int i = 0; i < k.n; i++) free(k.names[i]);
     free(k.names);
     gguf_writer_destroy(w);
-    gguf_close(src);
     return rc;
 }

@@ -20,30 +20,13 @@
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
-#define MAX_STOPS 16
+#define MAX_STOPS 16 /* keep the --stop help text in step */
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: attnd run -m MODEL.gguf (-p PROMPT | --tokens ID,ID,...) [options]\n"
-            "  -n N                 tokens to generate (default 128)\n"
-            "  --temp T             temperature, 0 = greedy (default 0.8)\n"
-            "  --top-k K            (default 40; 0 = off)      --top-p P   (default 0.95)\n"
-            "  --min-p P            (default 0.05)             --repeat-penalty R (default 1 = off)\n"
-            "  --presence-penalty X --frequency-penalty X      --seed S\n"
-            "  --stop STR           stop when STR is generated (repeatable, up to %d)\n"
-            "  --ignore-eos         keep generating past end-of-generation tokens\n"
-            "  --special            parse special tokens (<|im_end|>...) in the prompt and print them\n"
-            "  --threads N  --ctx N --json\n"
-            CLI_BACKEND_HELP,
-            MAX_STOPS);
 }
 
 /* Output sink: plain streaming to stdout, or collected for --json. */
@@ -182,87 +165,88 @@ static int load_inputs(const char *model_path, const char *prompt, const char *t
     return 0;
 }
 
-int cmd_run(int argc, char **argv)
+/* Everything the command line sets. */
+struct run_args {
+    const char *model_path, *prompt, *tokens_arg;
+    struct {
+        const char *v[MAX_STOPS];
+        int n;
+    } stops;
+    int json, ignore_eos, special;
+    long n_predict, threads, n_ctx;
+    int backend, vk_device;
+    struct sampler_params sp;
+};
+
+/* CLI_CUSTOM parser of the repeatable --stop STR: appends to run_args.stops. */
+static int parse_stop(const char *flag, const char *v, void *dest)
 {
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL;
-    const char *stops[MAX_STOPS];
-    int n_stops = 0, json = 0, ignore_eos = 0, special = 0;
-    long n_predict = 128, threads = 0, n_ctx = 0;
-    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
-    struct sampler_params sp = sampler_params_default();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double d;
-        long l;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!v) {
-            fprintf(stderr, "attnd run: unknown option or missing value: '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
-        else if (bf) i++;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = argv[++i];
-        else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
-        else if (!strcmp(a, "--stop")) {
-            if (n_stops == MAX_STOPS) {
-                fprintf(stderr, "attnd run: at most %d --stop strings\n", MAX_STOPS);
-                return 2;
-            }
-            stops[n_stops++] = argv[++i];
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (cli_int(a, argv[++i], 0, 1 << 20, &n_predict)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_int(a, argv[++i], 0, 256, &threads)) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (cli_int(a, argv[++i], 0, 1 << 22, &n_ctx)) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (cli_int(a, argv[++i], 0, 0x7fffffffL, &l)) return 2;
-            sp.seed = (uint64_t)l;
-        } else if (!strcmp(a, "--top-k")) {
-            if (cli_int(a, argv[++i], 0, 1 << 22, &l)) return 2;
-            sp.top_k = (int)l;
-        } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
-            if (cli_float(a, argv[++i], 0, 100, &d)) return 2;
-            sp.temperature = (float)d;
-        } else if (!strcmp(a, "--top-p")) {
-            if (cli_float(a, argv[++i], 0, 1, &d)) return 2;
-            sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (cli_float(a, argv[++i], 0, 1, &d)) return 2;
-            sp.min_p = (float)d;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (cli_float(a, argv[++i], 0, 10, &d)) return 2;
-            sp.repetition_penalty = (float)d;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            if (cli_float(a, argv[++i], -2, 2, &d)) return 2;
-            sp.presence_penalty = (float)d;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            if (cli_float(a, argv[++i], -2, 2, &d)) return 2;
-            sp.frequency_penalty = (float)d;
-        } else {
-            fprintf(stderr, "attnd run: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    struct run_args *A = dest;
+    if (A->stops.n == MAX_STOPS) {
+        fprintf(stderr, "attnd run: at most %d --stop strings\n", MAX_STOPS);
+        return -1;
     }
-    if (!model_path || (!prompt && !tokens_arg) || (prompt && tokens_arg)) {
+    A->stops.v[A->stops.n++] = v;
+    return 0;
+}
+
+/* Fills *A from argv; returns CLI_GO, or the exit status (help printed, or a usage error). */
+static int parse_args(struct run_args *A, int argc, char **argv)
+{
+    *A = (struct run_args){.n_predict = 128, .backend = FWD_BACKEND_AUTO, .sp = sampler_params_default()};
+    struct sampler_params *sp = &A->sp;
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, &A->model_path, "PATH", "GGUF model (required)")},
+        {CLI_OPT("--prompt", "-p", CLI_STR, &A->prompt, "PROMPT", "the prompt text")},
+        {CLI_OPT("--tokens", NULL, CLI_STR, &A->tokens_arg, "ID,ID,...", "the prompt as token ids (instead of -p)")},
+        {CLI_OPT("--n-predict", "-n", CLI_LONG, &A->n_predict, "N", "tokens to generate (default 128)"), CLI_RANGE(0, 1 << 20)},
+        {CLI_OPT("--temp", NULL, CLI_FLOAT, &sp->temperature, "T", "temperature, 0 = greedy (default 0.8)"), CLI_RANGE(0, 100), .alias = "--temperature"},
+        {CLI_OPT("--top-k", NULL, CLI_INT, &sp->top_k, "K", "(default 40; 0 = off)"), CLI_RANGE(0, 1 << 22)},
+        {CLI_OPT("--top-p", NULL, CLI_FLOAT, &sp->top_p, "P", "(default 0.95)"), CLI_RANGE(0, 1)},
+        {CLI_OPT("--min-p", NULL, CLI_FLOAT, &sp->min_p, "P", "(default 0.05)"), CLI_RANGE(0, 1)},
+        {CLI_OPT("--repeat-penalty", NULL, CLI_FLOAT, &sp->repetition_penalty, "R", "(default 1 = off)"), CLI_RANGE(0, 10)},
+        {CLI_OPT("--presence-penalty", NULL, CLI_FLOAT, &sp->presence_penalty, "X", "(default 0 = off)"), CLI_RANGE(-2, 2)},
+        {CLI_OPT("--frequency-penalty", NULL, CLI_FLOAT, &sp->frequency_penalty, "X", "(default 0 = off)"), CLI_RANGE(-2, 2)},
+        {CLI_OPT("--seed", NULL, CLI_U64, &sp->seed, "S", "sampling seed"), CLI_RANGE(0, 0x7fffffffL)},
+        {CLI_OPT("--stop", NULL, CLI_CUSTOM, A, "STR", "stop when STR is generated (repeatable, up to 16)"), .parse = parse_stop},
+        {CLI_OPT("--ignore-eos", NULL, CLI_FLAG, &A->ignore_eos, NULL, "keep generating past end-of-generation tokens")},
+        {CLI_OPT("--special", NULL, CLI_FLAG, &A->special, NULL, "parse special tokens (<|im_end|>...) in the prompt and print them")},
+        {CLI_OPT("--threads", NULL, CLI_LONG, &A->threads, "N", "compute threads (default 0 = all online CPUs)"), CLI_RANGE(0, 256)},
+        {CLI_OPT("--ctx", NULL, CLI_LONG, &A->n_ctx, "N", "context, tokens (default: prompt + N, at most the model's)"), CLI_RANGE(0, 1 << 22)},
+        {CLI_OPT("--json", NULL, CLI_FLAG, &A->json, NULL, "print one JSON object instead of streaming the text")},
+        CLI_BACKEND_OPTS(&A->backend, &A->vk_device),
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {.name = "run", .usage = "attnd run -m MODEL.gguf (-p PROMPT | --tokens ID,ID,...) [options]",
+                                .opts = opts};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if (!A->model_path || (!A->prompt && !A->tokens_arg) || (A->prompt && A->tokens_arg)) {
         fprintf(stderr, "attnd run: need -m MODEL and exactly one of -p PROMPT or --tokens IDS\n");
-        usage(stderr);
+        cli_usage(&cmd, stderr);
         return 2;
     }
     char err[512];
-    if (sampler_params_validate(&sp, err, sizeof err)) {
+    if (sampler_params_validate(sp, err, sizeof err)) {
         fprintf(stderr, "attnd run: %s\n", err);
         return 2;
     }
+    return CLI_GO;
+}
 
-    int rc = 1;
+int cmd_run(int argc, char **argv)
+{
+    struct run_args A;
+    int rc = parse_args(&A, argc, argv);
+    if (rc != CLI_GO) return rc;
+    const char *model_path = A.model_path, *prompt = A.prompt, *tokens_arg = A.tokens_arg;
+    const char *const *stops = A.stops.v;
+    int n_stops = A.stops.n, json = A.json, ignore_eos = A.ignore_eos, special = A.special;
+    long n_predict = A.n_predict, threads = A.threads, n_ctx = A.n_ctx;
+    int backend = A.backend, vk_device = A.vk_device;
+    struct sampler_params sp = A.sp;
+
     struct model *m = NULL;
     struct tokenizer *tok = NULL;
     struct fwd_ctx *c = NULL;

@@ -11,13 +11,6 @@
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: attnd score -m MODEL.gguf --tokens ID,ID,... [--top-k K] [--threads N]\n"
-               "       [--backend auto|vulkan|cpu] [--vk-device N]\n"
-               "  prints the top-K next-token log-probabilities after every prefix, as JSON\n" CLI_BACKEND_HELP);
-}
-
 /* Writes the top k (id, logprob) of one logits row, in descending order. */
 static void print_top(const float *lg, int V, int k)
 {
@@ -48,28 +41,25 @@ int cmd_score(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL;
     long top_k = 8, threads = 0;
-    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
-        else if (bf) i++;
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model_path = argv[++i];
-        else if (!strcmp(a, "--tokens") && v) tokens_arg = argv[++i];
-        else if (!strcmp(a, "--top-k") && v) {
-            if (cli_int(a, argv[++i], 1, 1000, &top_k)) return 2;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (cli_int(a, argv[++i], 0, 256, &threads)) return 2;
-        } else {
-            fprintf(stderr, "attnd score: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int backend = FWD_BACKEND_AUTO, vk_device = 0;
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, &model_path, "PATH", "GGUF model (required)")},
+        {CLI_OPT("--tokens", NULL, CLI_STR, &tokens_arg, "ID,ID,...", "the token sequence to score (required)")},
+        {CLI_OPT("--top-k", NULL, CLI_LONG, &top_k, "K", "log-probabilities printed per position (default 8)"),
+         CLI_RANGE(1, 1000)},
+        {CLI_OPT("--threads", NULL, CLI_LONG, &threads, "N", "compute threads (default 0 = all online CPUs)"),
+         CLI_RANGE(0, 256)},
+        CLI_BACKEND_OPTS(&backend, &vk_device),
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "score", .usage = "attnd score -m MODEL.gguf --tokens ID,ID,... [options]", .opts = opts,
+        .footer = "  prints the top-K next-token log-probabilities after every prefix, as JSON\n"};
+    int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed != CLI_GO) return parsed;
     if (!model_path || !tokens_arg) {
-        usage(stderr);
+        cli_usage(&cmd, stderr);
         return 2;
     }
     int32_t *toks;

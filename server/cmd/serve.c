@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/chat_template.h"
 #include "attnd/http.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -63,37 +64,70 @@ static void *load_main(void *arg)
     return NULL;
 }
 
-static void usage(FILE *f)
+/* Everything the command line sets. */
+struct serve_args {
+    struct http_config hc;
+    struct sched_opts so; /* kv_type, backend and vk_device via the ints below */
+    const char *model_path, *key_file;
+    long grace_ms;
+    int kv_type; /* enum tensor_type, or KV_TYPE_AUTO */
+};
+
+static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENSOR_F16}, {NULL, 0}};
+
+/* Fills *A from argv; returns CLI_GO, or the exit status (help printed, or a usage error). */
+static int parse_args(struct serve_args *A, int argc, char **argv)
 {
-    fprintf(f,
-            "usage: attnd serve -m MODEL.gguf [options]\n"
-            "  -m, --model PATH            GGUF model to serve (required)\n"
-            "  --host ADDR                 address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-            "  --port N                    TCP port (default 8080; 0 = pick a free one, logged at start)\n"
-            "  --threads N                 compute threads (default 0 = all online CPUs)\n"
-            CLI_BACKEND_HELP
-            "  --ctx N                     context per request, tokens (default 0 = min(model's, 4096))\n"
-            "  --max-queue N               waiting requests before 503 (default 64)\n"
-            "  --max-running N             requests batched together (default 32)\n"
-            "  --batch N                   tokens per scheduler step (default 256)\n"
-            "  --kv-mib N                  KV cache pool, MiB (default 256; at least one full context)\n"
-            "  --kv-blocks N               KV cache pool in 16-token blocks (overrides --kv-mib)\n"
-            "  --kv-type f32|f16           KV cache element type (default: f32 for F32 models, else f16)\n"
-            "  --max-body BYTES            largest request body (default 1048576; bigger: 413)\n"
-            "  --max-tokens-cap N          largest max_tokens a request may ask (default 4096)\n"
-            "  --keep-requests N           finished requests /attention can address (default 16)\n"
-            "  --attention-max-tokens N    longest sequence /attention maps (default 2048; longer: 413)\n"
-            "  --max-connections N         concurrent connections (default 256)\n"
-            "  --max-per-client N          concurrent connections from one client address (default 64)\n"
-            "  --timeout-ms N              close a connection idle this long, e.g. a half-sent request\n"
-            "                              (default 30000, whole seconds; 0 = never)\n"
-            "  --api-key KEY               require 'Authorization: Bearer KEY' on every route but /health\n"
-            "  --api-key-file FILE         the same, the key read from FILE (first line)\n"
-            "  --grace-ms N                on SIGTERM/SIGINT, how long requests in flight may run on\n"
-            "                              (default 10000)\n"
-            "  -h, --help                  this text\n"
-            "Routes: POST /v1/generate, GET /attention, GET /health, GET /v1/models, GET /metrics\n"
-            "(README.md, section \"HTTP API\").\n");
+    http_config_default(&A->hc);
+    A->so = (struct sched_opts){.max_queue = 64, .backend = FWD_BACKEND_AUTO};
+    A->grace_ms = 10000;
+    A->kv_type = (int)KV_TYPE_AUTO;
+    struct http_config *hc = &A->hc;
+    struct sched_opts *so = &A->so;
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, &A->model_path, "PATH", "GGUF model to serve (required)")},
+        {CLI_OPT("--host", NULL, CLI_STR, &hc->host, "ADDR", "address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)")},
+        {CLI_OPT("--port", NULL, CLI_INT, &hc->port, "N", "TCP port (default 8080; 0 = pick a free one, logged at start)"), CLI_RANGE(0, 65535)},
+        {CLI_OPT("--threads", NULL, CLI_INT, &so->n_threads, "N", "compute threads (default 0 = all online CPUs)"), CLI_RANGE(0, 1024)},
+        CLI_BACKEND_OPTS(&so->backend, &so->vk_device),
+        {CLI_OPT("--ctx", NULL, CLI_INT, &so->n_ctx, "N", "context per request, tokens (default 0 = min(model's, 4096))"), CLI_RANGE(0, 1 << 22)},
+        {CLI_OPT("--max-queue", NULL, CLI_INT, &so->max_queue, "N", "waiting requests before 503 (default 64)"), CLI_RANGE(1, 1 << 20)},
+        {CLI_OPT("--max-running", NULL, CLI_INT, &so->max_running, "N", "requests batched together (default 32)"), CLI_RANGE(1, 4096)},
+        {CLI_OPT("--batch", NULL, CLI_INT, &so->n_batch, "N", "tokens per scheduler step (default 256)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--kv-mib", NULL, CLI_SIZE, &so->kv_mib, "N", "KV cache pool, MiB (default 256; at least one full context)"), CLI_RANGE(1, 1L << 30)},
+        {CLI_OPT("--kv-blocks", NULL, CLI_SIZE, &so->kv_blocks, "N", "KV cache pool in 16-token blocks (overrides --kv-mib)"), CLI_RANGE(1, 1L << 30)},
+        {CLI_OPT("--kv-type", NULL, CLI_CHOICE, &A->kv_type, "f32|f16", "KV cache element type (default: f32 for F32 models, else f16)"), .choices = g_kv_types},
+        {CLI_OPT("--max-body", NULL, CLI_SIZE, &hc->max_body, "BYTES", "largest request body (default 1048576; bigger: 413)"), CLI_RANGE(64, 1L << 30)},
+        {CLI_OPT("--max-tokens-cap", NULL, CLI_INT, &hc->max_tokens_cap, "N", "largest max_tokens a request may ask (default 4096)"), CLI_RANGE(0, 1 << 22)},
+        {CLI_OPT("--keep-requests", NULL, CLI_INT, &hc->keep_requests, "N", "finished requests /attention can address (default 16)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--attention-max-tokens", NULL, CLI_INT, &hc->attention_max_tokens, "N", "longest sequence /attention maps (default 2048; longer: 413)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--max-connections", NULL, CLI_INT, &hc->max_connections, "N", "concurrent connections (default 256)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--max-per-client", NULL, CLI_INT, &hc->max_per_client, "N", "concurrent connections from one client address (default 64)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--timeout-ms", NULL, CLI_INT, &hc->timeout_ms, "N", "close a connection idle this long, e.g. a half-sent request\n(default 30000, whole seconds; 0 = never)"), CLI_RANGE(0, 3600 * 1000)},
+        {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but /health")},
+        {CLI_OPT("--api-key-file", NULL, CLI_STR, &A->key_file, "FILE", "the same, the key read from FILE (first line)")},
+        {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",
+                 "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
+                 "(default: recognised from the model's tokenizer.chat_template)"),
+         .parse = cli_parse_chat_template},
+        {CLI_OPT("--grace-ms", NULL, CLI_LONG, &A->grace_ms, "N", "on SIGTERM/SIGINT, how long requests in flight may run on\n(default 10000)"), CLI_RANGE(0, 3600L * 1000)},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "serve", .usage = "attnd serve -m MODEL.gguf [options]", .opts = opts,
+        .footer = "Routes: POST /v1/generate, POST /v1/chat/completions, POST /v1/completions, GET /attention,\n"
+                  "GET /logit_lens, GET /health, GET /v1/models, GET /metrics\n"
+                  "(README.md, section \"HTTP API\").\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if (!A->model_path) {
+        fprintf(stderr, "attnd serve: need -m MODEL.gguf\n");
+        cli_usage(&cmd, stderr);
+        return 2;
+    }
+    so->kv_type = (enum tensor_type)A->kv_type;
+    return CLI_GO;
 }
 
 /* Reads the first line of path into a malloc'd string without trailing whitespace. */
@@ -120,135 +154,89 @@ static char *read_key_file(const char *path)
     return buf;
 }
 
-int cmd_serve(int argc, char **argv)
+/* Settles the API key: --api-key or the first line of --api-key-file (*key then owns the copy).
+ * Returns 0, or 2 after a message. */
+static int settle_api_key(struct serve_args *A, char **key)
 {
-    struct http_config hc;
-    http_config_default(&hc);
-    const char *model_path = NULL, *key_file = NULL;
-    long threads = 0, n_ctx = 0, max_queue = 64, max_running = 0, n_batch = 0, kv_mib = 0, kv_blocks = 0, grace_ms = 10000, l;
-    enum tensor_type kv_type = KV_TYPE_AUTO;
-    int backend = FWD_BACKEND_AUTO, vk_device = 0, bf;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "attnd serve: unknown option or missing value: '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if ((bf = cli_backend_flag(a, v, &backend, &vk_device)) < 0) return 2;
-        else if (bf) continue;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
-        else if (!strcmp(a, "--host")) hc.host = v;
-        else if (!strcmp(a, "--api-key")) hc.api_key = v;
-        else if (!strcmp(a, "--api-key-file")) key_file = v;
-        else if (!strcmp(a, "--port")) {
-            if (cli_int(a, v, 0, 65535, &l)) return 2;
-            hc.port = (int)l;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_int(a, v, 0, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (cli_int(a, v, 0, 1 << 22, &n_ctx)) return 2;
-        } else if (!strcmp(a, "--max-queue")) {
-            if (cli_int(a, v, 1, 1 << 20, &max_queue)) return 2;
-        } else if (!strcmp(a, "--max-running")) {
-            if (cli_int(a, v, 1, 4096, &max_running)) return 2;
-        } else if (!strcmp(a, "--batch")) {
-            if (cli_int(a, v, 1, 1 << 16, &n_batch)) return 2;
-        } else if (!strcmp(a, "--kv-mib")) {
-            if (cli_int(a, v, 1, 1L << 30, &kv_mib)) return 2;
-        } else if (!strcmp(a, "--kv-blocks")) {
-            if (cli_int(a, v, 1, 1L << 30, &kv_blocks)) return 2;
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f32")) kv_type = TENSOR_F32;
-            else if (!strcmp(v, "f16")) kv_type = TENSOR_F16;
-            else {
-                fprintf(stderr, "attnd serve: --kv-type expects f32 or f16, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--max-body")) {
-            if (cli_int(a, v, 64, 1L << 30, &l)) return 2;
-            hc.max_body = (size_t)l;
-        } else if (!strcmp(a, "--max-tokens-cap")) {
-            if (cli_int(a, v, 0, 1 << 22, &l)) return 2;
-            hc.max_tokens_cap = (int)l;
-        } else if (!strcmp(a, "--keep-requests")) {
-            if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
-            hc.keep_requests = (int)l;
-        } else if (!strcmp(a, "--attention-max-tokens")) {
-            if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
-            hc.attention_max_tokens = (int)l;
-        } else if (!strcmp(a, "--max-connections")) {
-            if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
-            hc.max_connections = (int)l;
-        } else if (!strcmp(a, "--max-per-client")) {
-            if (cli_int(a, v, 1, 1 << 16, &l)) return 2;
-            hc.max_per_client = (int)l;
-        } else if (!strcmp(a, "--timeout-ms")) {
-            if (cli_int(a, v, 0, 3600L * 1000, &l)) return 2;
-            hc.timeout_ms = (int)l;
-        } else if (!strcmp(a, "--grace-ms")) {
-            if (cli_int(a, v, 0, 3600L * 1000, &grace_ms)) return 2;
-        } else {
-            fprintf(stderr, "attnd serve: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model_path) {
-        fprintf(stderr, "attnd serve: need -m MODEL.gguf\n");
-        usage(stderr);
-        return 2;
-    }
-    if (hc.api_key && key_file) {
+    *key = NULL;
+    if (A->hc.api_key && A->key_file) {
         fprintf(stderr, "attnd serve: give --api-key or --api-key-file, not both\n");
         return 2;
     }
-    char *key = NULL;
-    if (key_file && !(key = read_key_file(key_file))) return 2;
-    if (key) hc.api_key = key;
-    if (hc.api_key && !hc.api_key[0]) {
+    if (A->key_file && !(*key = read_key_file(A->key_file))) return 2;
+    if (*key) A->hc.api_key = *key;
+    if (A->hc.api_key && !A->hc.api_key[0]) {
         fprintf(stderr, "attnd serve: --api-key is empty\n");
         return 2;
     }
+    return 0;
+}
 
-    /* Block the shutdown signals (and the loader's SIGUSR1) in this thread before any other
-     * starts: every thread inherits the mask, and sigwait() below takes them. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+/* Blocks the shutdown signals (and the loader's SIGUSR1) in this thread before any other starts:
+ * every thread inherits the mask, and sigwait() takes them. */
+static void block_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
 
-    int rc = 1;
+/* Serves the loaded engine (after logging its chat template: chat_template, an enum chat_family,
+ * or < 0 for the one recognised from the model) until SIGTERM or SIGINT, then shuts down in order: stop listening,
+ * drain, detach, cancel what outlives grace_ms, let the answers go out. */
+static void serve_until_signal(struct http_server *srv, struct loader *L, const sigset_t *sigs, long grace_ms,
+                               int chat_template)
+{
+    struct model *m = L->m;
+    struct sched *s = L->s;
+    int sig = 0;
+    if (chat_template >= 0) log_info("chat template: %s (--chat-template)", chat_family_name((enum chat_family)chat_template));
+    else chat_family_for_model(m->gguf, true); /* logs what it recognised */
+    http_set_engine(srv, m, L->tok, s);
+    log_info("ready: model %s (%s, %d layers, vocabulary %d), context %d tokens", m->name ? m->name : "?",
+             m->hp.arch_name, m->hp.n_layer, m->hp.n_vocab, sched_n_ctx(s));
+    do {
+        if (sigwait(sigs, &sig)) sig = 0;
+    } while (sig != SIGTERM && sig != SIGINT);
+    log_info("received %s: no new requests; requests in flight get %ld ms", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+             grace_ms);
+    http_stop_accepting(srv);
+    sched_drain(s);
+    http_detach_engine(srv);
+    sched_destroy(s, (int)grace_ms); /* every submitted request gets its last event here */
+    L->s = NULL;
+    if (!http_wait_idle(srv, 5000)) log_warn("some answers were still being sent at shutdown");
+    log_info("stopped");
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct serve_args A = {0};
+    int rc = parse_args(&A, argc, argv);
+    if (rc != CLI_GO) return rc;
+    char *key;
+    if ((rc = settle_api_key(&A, &key))) return rc;
+    sigset_t sigs;
+    block_signals(&sigs);
+
+    rc = 1;
     char err[512];
     struct http_server *srv = NULL;
     /* static: on a signal during the load this function returns while the loader still runs */
     static struct loader L;
-    L = (struct loader){.path = model_path,
-                        .so = {.n_threads = (int)threads,
-                               .n_ctx = (int)n_ctx,
-                               .max_queue = (int)max_queue,
-                               .max_running = (int)max_running,
-                               .n_batch = (int)n_batch,
-                               .kv_type = kv_type,
-                               .kv_mib = (size_t)kv_mib, .kv_blocks = (size_t)kv_blocks,
-                               .backend = backend, .vk_device = vk_device},
-                        .main_thread = pthread_self()};
+    L = (struct loader){.path = A.model_path, .so = A.so, .main_thread = pthread_self()};
     pthread_t loader;
     bool loader_started = false;
-    if (http_create(&hc, &srv, err, sizeof err)) {
+    if (http_create(&A.hc, &srv, err, sizeof err)) {
         fprintf(stderr, "attnd serve: %s\n", err);
         goto out;
     }
-    bool v6 = strchr(hc.host, ':') != NULL;
-    fprintf(stderr, "attnd: listening on http://%s%s%s:%d\n", v6 ? "[" : "", hc.host, v6 ? "]" : "", http_port(srv));
+    const char *host = A.hc.host;
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "attnd: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", http_port(srv));
     fflush(stderr);
 
     if (pthread_create(&loader, NULL, load_main, &L)) {
@@ -270,24 +258,7 @@ int cmd_serve(int argc, char **argv)
     pthread_join(loader, NULL);
     loader_started = false;
     if (!L.ok) goto out;
-    struct model *m = L.m;
-    struct sched *s = L.s;
-    http_set_engine(srv, m, L.tok, s);
-    log_info("ready: model %s (%s, %d layers, vocabulary %d), context %d tokens", m->name ? m->name : "?",
-             m->hp.arch_name, m->hp.n_layer, m->hp.n_vocab, sched_n_ctx(s));
-
-    do {
-        if (sigwait(&sigs, &sig)) sig = 0;
-    } while (sig != SIGTERM && sig != SIGINT);
-    log_info("received %s: no new requests; requests in flight get %ld ms", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-             grace_ms);
-    http_stop_accepting(srv);
-    sched_drain(s);
-    http_detach_engine(srv);
-    sched_destroy(s, (int)grace_ms); /* every submitted request gets its last event here */
-    L.s = NULL;
-    if (!http_wait_idle(srv, 5000)) log_warn("some answers were still being sent at shutdown");
-    log_info("stopped");
+    serve_until_signal(srv, &L, &sigs, A.grace_ms, A.hc.chat_template);
     rc = 0;
 out:
     if (loader_started) pthread_join(loader, NULL);

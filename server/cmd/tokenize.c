@@ -10,20 +10,10 @@
 #include "attnd/gguf.h"
 #include "attnd/tokenizer.h"
 #include "attnd/utf8.h"
+#include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
 #define MAX_INPUT ((size_t)64 << 20)
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: attnd tokenize -m MODEL.gguf [--no-bos] [--special] < text\n"
-               "  Tokenizes stdin with the model's tokenizer and prints\n"
-               "  {\"tokens\":[ids],\"pieces\":[\"...\"]}.\n"
-               "  --no-bos   do not add BOS/EOS even where the model adds them\n"
-               "  --special  recognise control tokens such as <|im_end|> in the text\n"
-               "  Pieces are each token's bytes (control tokens as their text); bytes that are not\n"
-               "  valid UTF-8 on their own (a character split across tokens) are shown as U+FFFD.\n");
-}
 
 static char *read_stdin(size_t *len)
 {
@@ -57,50 +47,37 @@ static char *read_stdin(size_t *len)
     return buf;
 }
 
-/* Copies s[0..n) into a NUL-terminated string with each byte that is not part of a valid UTF-8
- * character (and each NUL) replaced by U+FFFD, so the JSON output is valid UTF-8. */
-static char *json_safe(const char *s, size_t n)
+/* Fills *model, *no_bos and *special from argv; returns CLI_GO or the exit status. */
+static int parse_args(int argc, char **argv, const char **model, int *no_bos, int *special)
 {
-    char *o = malloc(3 * n + 1), *p = o;
-    if (!o) return NULL;
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = u[i] ? utf8_seq_len((const char *)u + i, n - i) : 0;
-        if (l) {
-            memcpy(p, u + i, l);
-            p += l;
-            i += l;
-        } else {
-            memcpy(p, "\xef\xbf\xbd", 3);
-            p += 3;
-            i++;
-        }
+    const struct cli_opt opts[] = {
+        {CLI_OPT("--model", "-m", CLI_STR, model, "PATH", "GGUF model whose tokenizer to use (required)")},
+        {CLI_OPT("--no-bos", NULL, CLI_FLAG, no_bos, NULL, "do not add BOS/EOS even where the model adds them")},
+        {CLI_OPT("--special", NULL, CLI_FLAG, special, NULL, "recognise control tokens such as <|im_end|> in the text")},
+        CLI_HELP_OPT,
+        {.type = CLI_END},
+    };
+    const struct cli_cmd cmd = {
+        .name = "tokenize", .usage = "attnd tokenize -m MODEL.gguf [--no-bos] [--special] < text", .opts = opts,
+        .footer = "  Tokenizes stdin with the model's tokenizer and prints\n"
+                  "  {\"tokens\":[ids],\"pieces\":[\"...\"]}.\n"
+                  "  Pieces are each token's bytes (control tokens as their text); bytes that are not\n"
+                  "  valid UTF-8 on their own (a character split across tokens) are shown as U+FFFD.\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if (!*model) {
+        cli_usage(&cmd, stderr);
+        return 2;
     }
-    *p = 0;
-    return o;
+    return CLI_GO;
 }
 
 int cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL;
-    bool no_bos = false, special = false;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--no-bos")) no_bos = true;
-        else if (!strcmp(argv[i], "--special")) special = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "attnd tokenize: unknown or incomplete argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model) {
-        usage(stderr);
-        return 2;
-    }
+    int no_bos = 0, special = 0;
+    int parsed = parse_args(argc, argv, &model, &no_bos, &special);
+    if (parsed != CLI_GO) return parsed;
 
     int rc = 1;
     char err[512];
@@ -133,7 +110,7 @@ int cmd_tokenize(int argc, char **argv)
     if (!(piece = malloc(cap))) goto oom;
     for (size_t i = 0; i < n; i++) {
         size_t l = tok_decode_token(tok, ids[i], piece, cap, true);
-        char *safe = json_safe(piece, l);
+        char *safe = utf8_sanitize_cstr(piece, l);
         cJSON *num = cJSON_CreateNumber(ids[i]), *str = safe ? cJSON_CreateString(safe) : NULL;
         free(safe);
         if (!num || !str) {

@@ -397,197 +397,186 @@ void gguf_close(struct gguf *g)
     free(g);
 }
 
-static attnd_status parse(struct cursor *c, struct gguf **out)
+/* Step 1: magic, version and the two counts (each checked against what the file can hold). */
+static int parse_header(struct cursor *c, struct gguf *g, uint64_t *n_tensors, uint64_t *n_kv)
 {
-    struct gguf *g = calloc(1, sizeof *g);
-    struct gguf_tensor **by_off = NULL;
-    const char **names = NULL, *dup;
-    if (!g) return fail(c, ATTND_ERR_NOMEM, "out of memory");
-    g->file_size = c->size;
-    g->alignment = GGUF_DEFAULT_ALIGNMENT;
-
     char magic[4];
     c->section = "magic";
-    if (rd(c, magic, 4)) goto err;
-    if (memcmp(magic, GGUF_MAGIC, 4)) {
-        fail(c, ATTND_ERR_FORMAT, "not a GGUF file: magic is %02x %02x %02x %02x, expected 'GGUF'",
-             (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2], (uint8_t)magic[3]);
-        goto err;
-    }
+    if (rd(c, magic, 4)) return -1;
+    if (memcmp(magic, GGUF_MAGIC, 4))
+        return fail(c, ATTND_ERR_FORMAT, "not a GGUF file: magic is %02x %02x %02x %02x, expected 'GGUF'",
+                    (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2], (uint8_t)magic[3]);
     c->section = "version";
-    if (rd_u32(c, &g->version)) goto err;
-    if (g->version == 1) {
-        fail(c, ATTND_ERR_UNSUPPORTED, "GGUF version 1 is not supported (only 2 and 3)");
-        goto err;
-    }
-    if ((g->version & 0xffff) == 0 && (g->version >> 16)) {
-        fail(c, ATTND_ERR_UNSUPPORTED, "GGUF file is big-endian (version field 0x%08x); only little-endian is supported",
-             g->version);
-        goto err;
-    }
-    if (g->version != 2 && g->version != 3) {
-        fail(c, ATTND_ERR_UNSUPPORTED, "unknown GGUF version %u (supported: 2, 3)", g->version);
-        goto err;
-    }
-    uint64_t n_tensors, n_kv;
+    if (rd_u32(c, &g->version)) return -1;
+    if (g->version == 1) return fail(c, ATTND_ERR_UNSUPPORTED, "GGUF version 1 is not supported (only 2 and 3)");
+    if ((g->version & 0xffff) == 0 && (g->version >> 16))
+        return fail(c, ATTND_ERR_UNSUPPORTED,
+                    "GGUF file is big-endian (version field 0x%08x); only little-endian is supported", g->version);
+    if (g->version != 2 && g->version != 3)
+        return fail(c, ATTND_ERR_UNSUPPORTED, "unknown GGUF version %u (supported: 2, 3)", g->version);
     c->section = "header counts";
-    if (rd_u64(c, &n_tensors) || rd_u64(c, &n_kv)) goto err;
+    if (rd_u64(c, n_tensors) || rd_u64(c, n_kv)) return -1;
     /* each metadata entry takes >= 8 (key len) + 4 (type) + 1 bytes; each tensor info >= 8+1+4+8+4+8 */
-    if (n_kv > (c->size - c->pos) / 13) {
-        fail(c, ATTND_ERR_FORMAT, "metadata count %" PRIu64 " cannot fit in a %" PRIu64 "-byte file", n_kv, c->size);
-        goto err;
-    }
-    if (n_tensors > (c->size - c->pos) / 33) {
-        fail(c, ATTND_ERR_FORMAT, "tensor count %" PRIu64 " cannot fit in a %" PRIu64 "-byte file", n_tensors,
-             c->size);
-        goto err;
-    }
+    if (*n_kv > (c->size - c->pos) / 13)
+        return fail(c, ATTND_ERR_FORMAT, "metadata count %" PRIu64 " cannot fit in a %" PRIu64 "-byte file", *n_kv,
+                    c->size);
+    if (*n_tensors > (c->size - c->pos) / 33)
+        return fail(c, ATTND_ERR_FORMAT, "tensor count %" PRIu64 " cannot fit in a %" PRIu64 "-byte file",
+                    *n_tensors, c->size);
+    return 0;
+}
 
-    /* arrays grow as entries are actually read, so a hostile count costs no memory up front */
-    size_t kv_cap = n_kv < 256 ? (size_t)(n_kv ? n_kv : 1) : 256;
-    g->kvs = calloc(kv_cap, sizeof *g->kvs);
-    if (!g->kvs) {
-        fail(c, ATTND_ERR_NOMEM, "out of memory");
-        goto err;
-    }
+/* Makes room for entry i of an array of total entries that grows as entries are actually read
+ * (so a hostile count costs no memory up front); new slots are zeroed. */
+static int grow(struct cursor *c, void **arr, size_t *cap, size_t elem, uint64_t i, uint64_t total)
+{
+    if (*arr && i < *cap) return 0;
+    size_t nc = !*arr ? (total < 256 ? (size_t)(total ? total : 1) : 256)
+                      : (*cap * 2 < total ? *cap * 2 : (size_t)total);
+    char *na = realloc(*arr, nc * elem);
+    if (!na) return fail(c, ATTND_ERR_NOMEM, "out of memory");
+    size_t old = *arr ? *cap : 0;
+    memset(na + old * elem, 0, (nc - old) * elem);
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+/* general.alignment: a power-of-two u32. */
+static int parse_alignment(struct cursor *c, struct gguf *g, const struct kv *kv)
+{
+    if (kv->type != GGUF_U32)
+        return fail(c, ATTND_ERR_FORMAT, "general.alignment has type %s, expected u32", gguf_vtype_name(kv->type));
+    uint32_t a = (uint32_t)kv->v.u;
+    if (a == 0 || (a & (a - 1))) return fail(c, ATTND_ERR_FORMAT, "general.alignment %u is not a power of two", a);
+    g->alignment = a;
+    return 0;
+}
+
+/* Fails with "duplicate WHAT 'name'" if two of names[0..n) are equal (names is reordered). */
+static int check_unique(struct cursor *c, const char **names, size_t n, const char *what)
+{
+    const char *dup = find_duplicate(names, n);
+    return dup ? fail(c, ATTND_ERR_FORMAT, "duplicate %s '%s'", what, dup) : 0;
+}
+
+/* Step 2: the metadata entries, then a check that no key repeats. */
+static int parse_kvs(struct cursor *c, struct gguf *g, uint64_t n_kv)
+{
+    size_t cap = 0;
+    void *arr = NULL;
     for (uint64_t i = 0; i < n_kv; i++) {
-        if (i == kv_cap) {
-            size_t nc = kv_cap * 2 < n_kv ? kv_cap * 2 : (size_t)n_kv;
-            struct kv *nk = realloc(g->kvs, nc * sizeof *nk);
-            if (!nk) {
-                fail(c, ATTND_ERR_NOMEM, "out of memory");
-                goto err;
-            }
-            memset(nk + kv_cap, 0, (nc - kv_cap) * sizeof *nk);
-            g->kvs = nk;
-            kv_cap = nc;
-        }
+        if (grow(c, &arr, &cap, sizeof *g->kvs, i, n_kv)) return -1;
+        g->kvs = arr;
         struct kv *kv = &g->kvs[i];
         g->n_kv = (int64_t)i + 1;
         uint64_t off, len;
         c->section = "metadata key";
-        if (rd_str(c, &off, &len)) goto err;
-        if (len == 0 || len > MAX_KEY_LEN) {
-            fail(c, ATTND_ERR_FORMAT, "metadata entry %" PRIu64 ": key length %" PRIu64 " is out of range", i, len);
-            goto err;
-        }
-        if (!(kv->key = dup_str(c, off, len))) goto err;
-        if (memchr(kv->key, 0, (size_t)len)) {
-            fail(c, ATTND_ERR_FORMAT, "metadata entry %" PRIu64 ": key contains a NUL byte", i);
-            goto err;
-        }
-        if (parse_value(c, kv, kv->key)) goto err;
-        if (!strcmp(kv->key, "general.alignment")) {
-            if (kv->type != GGUF_U32) {
-                fail(c, ATTND_ERR_FORMAT, "general.alignment has type %s, expected u32", gguf_vtype_name(kv->type));
-                goto err;
-            }
-            uint32_t a = (uint32_t)kv->v.u;
-            if (a == 0 || (a & (a - 1))) {
-                fail(c, ATTND_ERR_FORMAT, "general.alignment %u is not a power of two", a);
-                goto err;
-            }
-            g->alignment = a;
-        }
+        if (rd_str(c, &off, &len)) return -1;
+        if (len == 0 || len > MAX_KEY_LEN)
+            return fail(c, ATTND_ERR_FORMAT, "metadata entry %" PRIu64 ": key length %" PRIu64 " is out of range", i,
+                        len);
+        if (!(kv->key = dup_str(c, off, len))) return -1;
+        if (memchr(kv->key, 0, (size_t)len))
+            return fail(c, ATTND_ERR_FORMAT, "metadata entry %" PRIu64 ": key contains a NUL byte", i);
+        if (parse_value(c, kv, kv->key)) return -1;
+        if (!strcmp(kv->key, "general.alignment") && parse_alignment(c, g, kv)) return -1;
     }
-
-    uint64_t n_names = n_kv > n_tensors ? n_kv : n_tensors;
-    names = malloc((size_t)(n_names ? n_names : 1) * sizeof *names);
-    if (!names) {
-        fail(c, ATTND_ERR_NOMEM, "out of memory");
-        goto err;
-    }
+    const char **names = malloc((size_t)(n_kv ? n_kv : 1) * sizeof *names);
+    if (!names) return fail(c, ATTND_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n_kv; i++) names[i] = g->kvs[i].key;
-    if ((dup = find_duplicate(names, (size_t)n_kv))) {
-        fail(c, ATTND_ERR_FORMAT, "duplicate metadata key '%s'", dup);
-        goto err;
-    }
+    int rc = check_unique(c, names, (size_t)n_kv, "metadata key");
+    free(names);
+    return rc;
+}
 
-    size_t t_cap = n_tensors < 256 ? (size_t)(n_tensors ? n_tensors : 1) : 256;
-    g->tensors = calloc(t_cap, sizeof *g->tensors);
-    if (!g->tensors) {
-        fail(c, ATTND_ERR_NOMEM, "out of memory");
-        goto err;
-    }
+/* Step 3: the tensor infos. */
+static int parse_tensors(struct cursor *c, struct gguf *g, uint64_t n_tensors)
+{
+    size_t cap = 0;
+    void *arr = NULL;
     for (uint64_t i = 0; i < n_tensors; i++) {
-        if (i == t_cap) {
-            size_t nc = t_cap * 2 < n_tensors ? t_cap * 2 : (size_t)n_tensors;
-            struct gguf_tensor *nt = realloc(g->tensors, nc * sizeof *nt);
-            if (!nt) {
-                fail(c, ATTND_ERR_NOMEM, "out of memory");
-                goto err;
-            }
-            memset(nt + t_cap, 0, (nc - t_cap) * sizeof *nt);
-            g->tensors = nt;
-            t_cap = nc;
-        }
+        if (grow(c, &arr, &cap, sizeof *g->tensors, i, n_tensors)) return -1;
+        g->tensors = arr;
         g->n_tensors = (int64_t)i + 1;
-        if (parse_tensor(c, &g->tensors[i], (int64_t)i)) goto err;
+        if (parse_tensor(c, &g->tensors[i], (int64_t)i)) return -1;
     }
+    return 0;
+}
 
-    /* data section: at the next multiple of the alignment */
-    uint64_t a = g->alignment, data = c->pos;
+/* Step 4b: tensor t's data, at data offset t->offset, lies inside the file; t->offset becomes absolute. */
+static int place_tensor(struct cursor *c, const struct gguf *g, struct gguf_tensor *t, uint64_t data)
+{
+    if (t->offset % g->alignment)
+        return fail(c, ATTND_ERR_FORMAT, "tensor '%s': offset %" PRIu64 " is not a multiple of the alignment %u",
+                    t->name, t->offset, g->alignment);
+    uint64_t abs, end;
+    if (__builtin_add_overflow(data, t->offset, &abs) || __builtin_add_overflow(abs, t->nbytes, &end) ||
+        end > c->size)
+        return fail(c, ATTND_ERR_FORMAT,
+                    "truncated file: tensor '%s' (%" PRIu64 " bytes at data offset %" PRIu64
+                    ") ends past the end of the file (%" PRIu64 " bytes)",
+                    t->name, t->nbytes, t->offset, c->size);
+    t->offset = abs;
+    return 0;
+}
+
+/* Step 4: the data section starts at the next multiple of the alignment; every tensor lies in
+ * the file, no two overlap, no name repeats. */
+static int place_tensors(struct cursor *c, struct gguf *g)
+{
+    uint64_t a = g->alignment, data = c->pos, n = (uint64_t)g->n_tensors;
     if (data % a) data += a - data % a;
     g->data_offset = data;
-    if (n_tensors) {
-        if (data > c->size) {
-            fail(c, ATTND_ERR_FORMAT, "truncated file: tensor data section would start at %" PRIu64
-                 " but the file has %" PRIu64 " bytes", data, c->size);
-            goto err;
-        }
-        by_off = malloc((size_t)n_tensors * sizeof *by_off);
-        if (!by_off) {
-            fail(c, ATTND_ERR_NOMEM, "out of memory");
-            goto err;
-        }
-        for (uint64_t i = 0; i < n_tensors; i++) {
-            struct gguf_tensor *t = &g->tensors[i];
-            by_off[i] = t;
-            if (t->offset % a) {
-                fail(c, ATTND_ERR_FORMAT, "tensor '%s': offset %" PRIu64 " is not a multiple of the alignment %u",
-                     t->name, t->offset, g->alignment);
-                goto err;
-            }
-            uint64_t abs, end;
-            if (__builtin_add_overflow(data, t->offset, &abs) || __builtin_add_overflow(abs, t->nbytes, &end) ||
-                end > c->size) {
-                fail(c, ATTND_ERR_FORMAT,
-                     "truncated file: tensor '%s' (%" PRIu64 " bytes at data offset %" PRIu64
-                     ") ends past the end of the file (%" PRIu64 " bytes)",
-                     t->name, t->nbytes, t->offset, c->size);
-                goto err;
-            }
-            t->offset = abs;
-        }
-        qsort(by_off, (size_t)n_tensors, sizeof *by_off, cmp_tensor_off);
-        for (uint64_t i = 1; i < n_tensors; i++) {
-            if (by_off[i - 1]->offset + by_off[i - 1]->nbytes > by_off[i]->offset) {
-                fail(c, ATTND_ERR_FORMAT, "tensors '%s' and '%s' overlap in the file", by_off[i - 1]->name,
-                     by_off[i]->name);
-                goto err;
-            }
-        }
-        for (uint64_t i = 0; i < n_tensors; i++) names[i] = g->tensors[i].name;
-        if ((dup = find_duplicate(names, (size_t)n_tensors))) {
-            fail(c, ATTND_ERR_FORMAT, "duplicate tensor name '%s'", dup);
-            goto err;
-        }
-        free(by_off);
-        by_off = NULL;
+    if (!n) return 0;
+    if (data > c->size)
+        return fail(c, ATTND_ERR_FORMAT,
+                    "truncated file: tensor data section would start at %" PRIu64 " but the file has %" PRIu64
+                    " bytes",
+                    data, c->size);
+    struct gguf_tensor **by_off = malloc((size_t)n * sizeof *by_off);
+    const char **names = malloc((size_t)n * sizeof *names);
+    int rc = -1;
+    if (!by_off || !names) {
+        fail(c, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
     }
-
+    for (uint64_t i = 0; i < n; i++) {
+        by_off[i] = &g->tensors[i];
+        names[i] = g->tensors[i].name;
+        if (place_tensor(c, g, &g->tensors[i], data)) goto out;
+    }
+    qsort(by_off, (size_t)n, sizeof *by_off, cmp_tensor_off);
+    for (uint64_t i = 1; i < n; i++)
+        if (by_off[i - 1]->offset + by_off[i - 1]->nbytes > by_off[i]->offset) {
+            fail(c, ATTND_ERR_FORMAT, "tensors '%s' and '%s' overlap in the file", by_off[i - 1]->name,
+                 by_off[i]->name);
+            goto out;
+        }
+    rc = check_unique(c, names, (size_t)n, "tensor name");
+out:
+    free(by_off);
     free(names);
+    return rc;
+}
+
+static attnd_status parse(struct cursor *c, struct gguf **out)
+{
+    struct gguf *g = calloc(1, sizeof *g);
+    if (!g) return fail(c, ATTND_ERR_NOMEM, "out of memory");
+    g->file_size = c->size;
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    uint64_t n_tensors = 0, n_kv = 0;
+    if (parse_header(c, g, &n_tensors, &n_kv) || parse_kvs(c, g, n_kv) || parse_tensors(c, g, n_tensors) ||
+        place_tensors(c, g)) {
+        gguf_close(g);
+        return c->st != ATTND_OK ? c->st : ATTND_ERR_INTERNAL;
+    }
     g->buf = c->buf;
     g->mem = c->mem;
     c->buf = NULL;
     *out = g;
     return ATTND_OK;
-
-err:
-    free(by_off);
-    free(names);
-    gguf_close(g);
-    return c->st != ATTND_OK ? c->st : ATTND_ERR_INTERNAL;
 }
 
 attnd_status gguf_open(const char *path, struct gguf **out, char *err, size_t errlen)

@@ -11,7 +11,7 @@
  *    the ids they were queued with and skipped.
  * The regexes are the tokenizers' published definitions; `\s` is spelled out as the Unicode
  * White_Space set so that it means the same thing as in the reference's implementation. */
-#include "server/tokenizer/tok_internal.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+
+#include "attnd/utf8.h"
 
 /* ============================================================================================
  * byte <-> code point (GPT-2): printable Latin-1 bytes map to themselves, the other 68 bytes
@@ -203,63 +205,15 @@ out:
  * merging
  * ========================================================================================== */
 
-struct bigram {
-    int32_t rank;
-    int left, right;
-    int32_t lid, rid, result;
-};
-
 struct work {
     int32_t *id; /* per symbol: its token, -1 if the byte has none */
     int *prev, *next;
     uint8_t *dead;
     size_t cap;
-    struct bigram *heap;
-    size_t hn, hcap;
+    struct tok_heap heap;
     char *enc; /* llama3: the byte-encoded piece */
     size_t enc_cap;
 };
-
-static bool before(const struct bigram *a, const struct bigram *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static bool heap_push(struct work *w, struct bigram b)
-{
-    if (w->hn == w->hcap) {
-        size_t cap = w->hcap ? w->hcap * 2 : 64;
-        struct bigram *v = realloc(w->heap, cap * sizeof *v);
-        if (!v) return false;
-        w->heap = v;
-        w->hcap = cap;
-    }
-    size_t i = w->hn++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &w->heap[p])) break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = b;
-    return true;
-}
-
-static struct bigram heap_pop(struct work *w)
-{
-    struct bigram top = w->heap[0], last = w->heap[--w->hn];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= w->hn) break;
-        if (c + 1 < w->hn && before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (w->hn) w->heap[i] = last;
-    return top;
-}
 
 static const struct tok_merge *find_merge(const struct tokenizer *tok, int32_t a, int32_t b)
 {
@@ -278,7 +232,8 @@ static bool try_pair(const struct tokenizer *tok, struct work *w, int l, int r)
     if (l < 0 || r < 0 || w->id[l] < 0 || w->id[r] < 0) return true;
     const struct tok_merge *m = find_merge(tok, w->id[l], w->id[r]);
     if (!m) return true;
-    return heap_push(w, (struct bigram){m->rank, l, r, w->id[l], w->id[r], m->result});
+    return tok_heap_push(&w->heap, (struct tok_bigram){.prio = m->rank, .left = l, .right = r, .lid = w->id[l],
+                                                     .rid = w->id[r], .result = m->result});
 }
 
 static bool work_reserve(struct work *w, size_t n)
@@ -311,14 +266,7 @@ static attnd_status bpe_word(const struct tokenizer *tok, const unsigned char *s
     if (!work_reserve(w, n)) return ATTND_ERR_NOMEM;
     if (tok->ignore_merges) {
         size_t e = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t cp = tok_bpe_byte_cp(s[i]);
-            if (cp < 0x80) w->enc[e++] = (char)cp;
-            else {
-                w->enc[e++] = (char)(0xC0 | (cp >> 6));
-                w->enc[e++] = (char)(0x80 | (cp & 0x3F));
-            }
-        }
+        for (size_t i = 0; i < n; i++) e += utf8_encode(tok_bpe_byte_cp(s[i]), w->enc + e); /* 1 or 2 bytes */
         int id = tok_lookup(tok, w->enc, e);
         if (id >= 0) return tok_ids_push(out, id) ? ATTND_OK : ATTND_ERR_NOMEM;
     }
@@ -328,11 +276,11 @@ static attnd_status bpe_word(const struct tokenizer *tok, const unsigned char *s
         w->next[i] = i + 1 < n ? (int)i + 1 : -1;
         w->dead[i] = 0;
     }
-    w->hn = 0;
+    w->heap.n = 0;
     for (size_t i = 1; i < n; i++)
         if (!try_pair(tok, w, (int)i - 1, (int)i)) return ATTND_ERR_NOMEM;
-    while (w->hn) {
-        struct bigram b = heap_pop(w);
+    while (w->heap.n) {
+        struct tok_bigram b = tok_heap_pop(&w->heap);
         if (w->dead[b.left] || w->dead[b.right] || w->id[b.left] != b.lid || w->id[b.right] != b.rid) continue;
         w->id[b.left] = b.result;
         w->dead[b.right] = 1;
@@ -367,7 +315,7 @@ out:
     free(w.prev);
     free(w.next);
     free(w.dead);
-    free(w.heap);
+    free(w.heap.v);
     free(w.enc);
     return st;
 }

@@ -6,10 +6,12 @@
  * popping a pair merges it and queues the new pairs on either side. Pairs made stale by an
  * earlier merge are recognised by their length and skipped. Each final symbol is its token,
  * or else one `<0xNN>` byte token per byte, or else UNK. */
-#include "server/tokenizer/tok_internal.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "attnd/utf8.h"
 
 struct sym {
     int prev, next; /* neighbours in the chain; -1 at the ends */
@@ -17,72 +19,20 @@ struct sym {
     size_t n;       /* bytes; 0 once merged into its left neighbour */
 };
 
-struct bigram {
-    float score;
-    int left, right;
-    size_t size; /* bytes of the pair when queued */
-};
-
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-};
-
-static bool before(const struct bigram *a, const struct bigram *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static bool heap_push(struct heap *h, struct bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static struct bigram heap_pop(struct heap *h)
-{
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-static bool try_pair(const struct tokenizer *tok, const char *s, const struct sym *sy, int l, int r, struct heap *h)
+static bool try_pair(const struct tokenizer *tok, const char *s, const struct sym *sy, int l, int r, struct tok_heap *h)
 {
     if (l < 0 || r < 0) return true;
     size_t size = sy[l].n + sy[r].n;
     int id = tok_lookup(tok, s + sy[l].start, size);
     if (id < 0) return true;
-    return heap_push(h, (struct bigram){tok->tok[id].score, l, r, size});
+    return tok_heap_push(h, (struct tok_bigram){.prio = -(double)tok->tok[id].score, .left = l, .right = r, .size = size});
 }
 
 attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool prefix_space,
                             struct tok_ids *out)
 {
     attnd_status st = ATTND_ERR_NOMEM;
-    struct heap h = {0};
+    struct tok_heap h = {0};
     struct sym *sy = NULL;
     /* 1. escape: ' ' -> U+2581 (3 bytes) */
     char *s = malloc(3 * len + 4);
@@ -108,7 +58,7 @@ attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_
     if (!sy) goto out;
     int ns = 0;
     for (size_t i = 0; i < n;) {
-        size_t l = tok_utf8_len((const unsigned char *)s + i, n - i);
+        size_t l = utf8_seq_len(s + i, n - i);
         if (!l) l = 1;
         sy[ns] = (struct sym){ns - 1, ns + 1, i, l};
         ns++;
@@ -120,7 +70,7 @@ attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_
     for (int i = 1; i < ns; i++)
         if (!try_pair(tok, s, sy, i - 1, i, &h)) goto out;
     while (h.n) {
-        struct bigram b = heap_pop(&h);
+        struct tok_bigram b = tok_heap_pop(&h);
         struct sym *l = &sy[b.left], *r = &sy[b.right];
         if (!l->n || !r->n || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;

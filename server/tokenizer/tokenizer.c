@@ -12,7 +12,8 @@
 
 #include "attnd/gguf.h"
 #include "attnd/log.h"
-#include "server/tokenizer/tok_internal.h"
+#include "attnd/utf8.h"
+#include "server/tokenizer/tokenizer_internal.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
 #define KEY_PRE "tokenizer.ggml.pre"
@@ -106,60 +107,45 @@ bool tok_ids_push(struct tok_ids *ids, int32_t id)
     return true;
 }
 
-size_t tok_utf8_len(const unsigned char *s, size_t n)
+static bool bigram_before(const struct tok_bigram *a, const struct tok_bigram *b)
 {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 0;
-    if (n < need + 1) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k <= need; k++)
-        if (s[k] < 0x80 || s[k] > 0xBF) return 0;
-    return need + 1;
+    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left);
 }
 
-static uint32_t utf8_decode(const unsigned char *s, size_t l)
+bool tok_heap_push(struct tok_heap *h, struct tok_bigram b)
 {
-    if (l == 1) return s[0];
-    if (l == 2) return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    if (l == 3) return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) |
-           (s[3] & 0x3F);
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        struct tok_bigram *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&b, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = b;
+    return true;
 }
 
-static size_t utf8_encode(uint32_t cp, char *out)
+struct tok_bigram tok_heap_pop(struct tok_heap *h)
 {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
+    struct tok_bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!bigram_before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
     }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    if (h->n) h->v[i] = last;
+    return top;
 }
 
 static int hexval(char c)
@@ -283,8 +269,8 @@ static attnd_status build_pieces(struct tokenizer *tok, char *dst, char *err, si
         } else {
             /* texts were checked to be valid UTF-8; code points outside the byte map pass through */
             for (size_t i = 0; i < n;) {
-                size_t l = tok_utf8_len(s + i, n - i);
-                uint32_t cp = utf8_decode(s + i, l);
+                size_t l = utf8_seq_len((const char *)s + i, n - i);
+                uint32_t cp = utf8_decode((const char *)s + i, l);
                 int b = tok_bpe_cp_byte(cp);
                 if (b >= 0) dst[o++] = (char)b;
                 else {
@@ -427,177 +413,188 @@ static attnd_status build_specials(struct tokenizer *tok)
     return ATTND_OK;
 }
 
-attnd_status tok_create(const struct gguf *g, struct tokenizer **out, char *err, size_t errlen)
+/* Step 1: the tokenizer model (llama = SPM, gpt2 = BPE). */
+static attnd_status read_kind(const struct gguf *g, enum tok_kind *kind, char *err, size_t errlen)
 {
-    attnd_status st = ATTND_ERR_FORMAT;
-    struct tokenizer *tok = NULL;
-    if (err && errlen) err[0] = 0;
-    if (!out) return ATTND_ERR_INVALID;
-    *out = NULL;
-    if (!g) {
-        set_err(err, errlen, "no GGUF handle");
-        return ATTND_ERR_INVALID;
-    }
-
-    /* ---- 1. model ---- */
     struct gguf_str model;
-    st = gguf_get_str(g, KEY_MODEL, &model);
+    attnd_status st = gguf_get_str(g, KEY_MODEL, &model);
     if (st != ATTND_OK) {
         set_err(err, errlen, st == ATTND_ERR_NOTFOUND ? "%s is missing" : "%s is not a string", KEY_MODEL);
         return ATTND_ERR_FORMAT;
     }
-    enum tok_kind kind;
-    if (model.len == 5 && !memcmp(model.ptr, "llama", 5)) kind = TOK_KIND_SPM;
-    else if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4)) kind = TOK_KIND_BPE;
+    if (model.len == 5 && !memcmp(model.ptr, "llama", 5)) *kind = TOK_KIND_SPM;
+    else if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4)) *kind = TOK_KIND_BPE;
     else {
         set_err(err, errlen, "unsupported tokenizer model %s = \"%.*s\" (supported: llama, gpt2)", KEY_MODEL,
                 (int)(model.len > 40 ? 40 : model.len), model.ptr);
         return ATTND_ERR_UNSUPPORTED;
     }
+    return ATTND_OK;
+}
 
-    /* ---- 2. arrays: tokens, token_type, scores ---- */
-    int64_t ki_tok = gguf_find_key(g, KEY_TOKENS);
-    if (ki_tok < 0) {
+/* Where the vocabulary arrays are: key indices (-1 = absent; tokens is required) and the size. */
+struct vocab_keys {
+    int64_t tok, type, score;
+    uint64_t n;
+};
+
+/* Checks that the optional per-token array at key ki (if present) has the right element kind and
+ * n entries. */
+static attnd_status check_parallel_array(const struct gguf *g, int64_t ki, const char *key, bool floats,
+                                         uint64_t n, char *err, size_t errlen)
+{
+    if (ki < 0) return ATTND_OK;
+    enum gguf_vtype et = gguf_arr_type(g, ki);
+    if (gguf_kv_type(g, ki) != GGUF_ARRAY || (floats ? et != GGUF_F32 && et != GGUF_F64 : !is_int_type(et))) {
+        set_err(err, errlen, floats ? "%s is not an array of floats" : "%s is not an array of integers", key);
+        return ATTND_ERR_FORMAT;
+    }
+    if (gguf_arr_n(g, ki) != n) {
+        set_err(err, errlen, "%s has %" PRIu64 " entries but %s has %" PRIu64, key, gguf_arr_n(g, ki), KEY_TOKENS,
+                n);
+        return ATTND_ERR_FORMAT;
+    }
+    return ATTND_OK;
+}
+
+/* Step 2: the arrays tokens, token_type, scores. */
+static attnd_status find_arrays(const struct gguf *g, struct vocab_keys *vk, char *err, size_t errlen)
+{
+    vk->tok = gguf_find_key(g, KEY_TOKENS);
+    if (vk->tok < 0) {
         set_err(err, errlen, "%s is missing", KEY_TOKENS);
         return ATTND_ERR_FORMAT;
     }
-    if (gguf_kv_type(g, ki_tok) != GGUF_ARRAY || gguf_arr_type(g, ki_tok) != GGUF_STRING) {
+    if (gguf_kv_type(g, vk->tok) != GGUF_ARRAY || gguf_arr_type(g, vk->tok) != GGUF_STRING) {
         set_err(err, errlen, "%s is not an array of strings", KEY_TOKENS);
         return ATTND_ERR_FORMAT;
     }
-    uint64_t nv = gguf_arr_n(g, ki_tok);
-    if (nv == 0 || nv > TOK_MAX_VOCAB) {
-        set_err(err, errlen, "%s has %" PRIu64 " entries (expected 1..%d)", KEY_TOKENS, nv, TOK_MAX_VOCAB);
+    vk->n = gguf_arr_n(g, vk->tok);
+    if (vk->n == 0 || vk->n > TOK_MAX_VOCAB) {
+        set_err(err, errlen, "%s has %" PRIu64 " entries (expected 1..%d)", KEY_TOKENS, vk->n, TOK_MAX_VOCAB);
         return ATTND_ERR_FORMAT;
     }
-    int64_t ki_type = gguf_find_key(g, KEY_TYPES);
-    if (ki_type >= 0) {
-        if (gguf_kv_type(g, ki_type) != GGUF_ARRAY || !is_int_type(gguf_arr_type(g, ki_type))) {
-            set_err(err, errlen, "%s is not an array of integers", KEY_TYPES);
-            return ATTND_ERR_FORMAT;
-        }
-        if (gguf_arr_n(g, ki_type) != nv) {
-            set_err(err, errlen, "%s has %" PRIu64 " entries but %s has %" PRIu64, KEY_TYPES, gguf_arr_n(g, ki_type),
-                    KEY_TOKENS, nv);
-            return ATTND_ERR_FORMAT;
-        }
-    }
-    int64_t ki_score = gguf_find_key(g, KEY_SCORES);
-    if (ki_score >= 0) {
-        enum gguf_vtype et = gguf_arr_type(g, ki_score);
-        if (gguf_kv_type(g, ki_score) != GGUF_ARRAY || (et != GGUF_F32 && et != GGUF_F64)) {
-            set_err(err, errlen, "%s is not an array of floats", KEY_SCORES);
-            return ATTND_ERR_FORMAT;
-        }
-        if (gguf_arr_n(g, ki_score) != nv) {
-            set_err(err, errlen, "%s has %" PRIu64 " entries but %s has %" PRIu64, KEY_SCORES,
-                    gguf_arr_n(g, ki_score), KEY_TOKENS, nv);
-            return ATTND_ERR_FORMAT;
-        }
-    }
+    vk->type = gguf_find_key(g, KEY_TYPES);
+    vk->score = gguf_find_key(g, KEY_SCORES);
+    attnd_status st = check_parallel_array(g, vk->type, KEY_TYPES, false, vk->n, err, errlen);
+    return st ? st : check_parallel_array(g, vk->score, KEY_SCORES, true, vk->n, err, errlen);
+}
 
-    tok = calloc(1, sizeof *tok);
-    if (!tok) goto nomem;
-    tok->kind = kind;
-    tok->n_vocab = (int)nv;
-    tok->bos = tok->eos = tok->eot = tok->eom = tok->unk = tok->pad = tok->sep = -1;
-    tok->pre_name = "spm";
-    tok->tok = calloc((size_t)nv, sizeof *tok->tok);
-    if (!tok->tok) goto nomem;
+/* Fills token i's type and score from the arrays, and checks a BPE text is UTF-8. */
+static attnd_status fill_entry(struct tokenizer *tok, const struct gguf *g, const struct vocab_keys *vk, uint64_t i,
+                               char *err, size_t errlen)
+{
+    struct tok_entry *e = &tok->tok[i];
+    e->type = TOK_TYPE_NORMAL;
+    if (vk->type >= 0) {
+        int64_t t = gguf_arr_int(g, vk->type, i);
+        if (t < TOK_TYPE_UNDEFINED || t > TOK_TYPE_BYTE) {
+            set_err(err, errlen, "%s[%" PRIu64 "] = %" PRId64 " is not a token type (0..6)", KEY_TYPES, i, t);
+            return ATTND_ERR_FORMAT;
+        }
+        e->type = (uint8_t)t;
+    }
+    e->score = vk->score >= 0 ? (float)gguf_arr_float(g, vk->score, i) : 0.0f;
+    if (tok->kind == TOK_KIND_BPE && !utf8_valid(e->text, e->len)) {
+        set_err(err, errlen, "%s[%" PRIu64 "] is not valid UTF-8 (byte %zu)", KEY_TOKENS, i,
+                utf8_valid_prefix(e->text, e->len));
+        return ATTND_ERR_FORMAT;
+    }
+    return ATTND_OK;
+}
 
-    /* ---- 3. copy the texts (arena: texts, then pieces; each at most as long as its text) ---- */
+/* Step 3: copies the texts into the arena (texts, then pieces: each at most as long as its text);
+ * *piece_area = where the pieces go. */
+static attnd_status copy_texts(struct tokenizer *tok, const struct gguf *g, const struct vocab_keys *vk,
+                               char **piece_area, char *err, size_t errlen)
+{
     size_t total = 0;
-    for (uint64_t i = 0; i < nv; i++) {
-        struct gguf_str s = gguf_arr_str(g, ki_tok, i);
+    for (uint64_t i = 0; i < vk->n; i++) {
+        struct gguf_str s = gguf_arr_str(g, vk->tok, i);
         if (s.len > TOK_MAX_TEXT) {
             set_err(err, errlen, "%s[%" PRIu64 "] is %" PRIu64 " bytes long (limit %u)", KEY_TOKENS, i, s.len,
                     TOK_MAX_TEXT);
-            goto fail;
+            return ATTND_ERR_FORMAT;
         }
         total += (size_t)s.len + 2; /* NUL, and room for a 1-byte piece of an empty text */
     }
     tok->arena = malloc(2 * total);
-    if (!tok->arena) goto nomem;
+    if (!tok->arena) return ATTND_ERR_NOMEM;
     char *p = tok->arena;
-    for (uint64_t i = 0; i < nv; i++) {
-        struct gguf_str s = gguf_arr_str(g, ki_tok, i);
+    for (uint64_t i = 0; i < vk->n; i++) {
+        struct gguf_str s = gguf_arr_str(g, vk->tok, i);
         struct tok_entry *e = &tok->tok[i];
         if (s.len) memcpy(p, s.ptr, (size_t)s.len);
         p[s.len] = 0;
         e->text = p;
         e->len = (uint32_t)s.len;
         p += s.len + 1;
-        e->type = TOK_TYPE_NORMAL;
-        if (ki_type >= 0) {
-            int64_t t = gguf_arr_int(g, ki_type, i);
-            if (t < TOK_TYPE_UNDEFINED || t > TOK_TYPE_BYTE) {
-                set_err(err, errlen, "%s[%" PRIu64 "] = %" PRId64 " is not a token type (0..6)", KEY_TYPES, i, t);
-                goto fail;
-            }
-            e->type = (uint8_t)t;
-        }
-        e->score = ki_score >= 0 ? (float)gguf_arr_float(g, ki_score, i) : 0.0f;
-        if (kind == TOK_KIND_BPE) {
-            for (size_t k = 0; k < e->len;) {
-                size_t l = tok_utf8_len((const unsigned char *)e->text + k, e->len - k);
-                if (!l) {
-                    set_err(err, errlen, "%s[%" PRIu64 "] is not valid UTF-8 (byte %zu)", KEY_TOKENS, i, k);
-                    goto fail;
-                }
-                k += l;
-            }
-        }
+        attnd_status st = fill_entry(tok, g, vk, i, err, errlen);
+        if (st) return st;
     }
-    char *piece_area = tok->arena + total;
+    *piece_area = tok->arena + total;
+    return ATTND_OK;
+}
 
-    /* ---- 4. text -> id ---- */
-    tok->hash_mask = pow2_at_least((size_t)nv * 2) - 1;
+/* Step 4: text -> id. */
+static attnd_status build_hash(struct tokenizer *tok)
+{
+    tok->hash_mask = pow2_at_least((size_t)tok->n_vocab * 2) - 1;
     tok->hash = calloc(tok->hash_mask + 1, sizeof *tok->hash);
-    if (!tok->hash) goto nomem;
+    if (!tok->hash) return ATTND_ERR_NOMEM;
     for (int id = 0; id < tok->n_vocab; id++) hash_insert(tok, id);
+    return ATTND_OK;
+}
 
-    /* ---- 5. pre-tokenizer and merges (BPE) ---- */
-    bool llama3 = false;
-    if (kind == TOK_KIND_BPE) {
-        struct gguf_str pre = {NULL, 0};
-        attnd_status ps = gguf_get_str(g, KEY_PRE, &pre);
-        if (ps != ATTND_OK && ps != ATTND_ERR_NOTFOUND) {
-            set_err(err, errlen, "%s is not a string", KEY_PRE);
-            goto fail;
-        }
-        bool known = true;
-        st = tok_bpe_init(tok, pre.ptr, (size_t)pre.len, &known, err, errlen);
-        if (st != ATTND_OK) goto fail_st;
-        if (!known)
-            log_warn("tokenizer: unknown pre-tokenizer %s = \"%.*s\"; using \"default\"", KEY_PRE,
-                     (int)(pre.len > 40 ? 40 : pre.len), pre.ptr);
-        llama3 = !strcmp(tok->pre_name, "llama3");
-        tok->ignore_merges = llama3;
-        st = load_merges(tok, g, err, errlen);
-        if (st != ATTND_OK) goto fail_st;
-        for (unsigned b = 0; b < 256; b++) {
-            char u[4];
-            size_t l = utf8_encode(tok_bpe_byte_cp(b), u);
-            tok->byte_tok[b] = tok_lookup(tok, u, l);
-        }
-    } else {
-        for (unsigned b = 0; b < 256; b++) {
-            char h[7];
-            snprintf(h, sizeof h, "<0x%02X>", b);
-            int id = tok_lookup(tok, h, 6);
-            if (id < 0) {
-                char c = (char)b;
-                id = tok_lookup(tok, &c, 1);
-            }
-            tok->byte_tok[b] = id;
-        }
+/* Step 5 (BPE): the pre-tokenizer, the merges and the byte tokens; *llama3 set for llama3's rules. */
+static attnd_status init_bpe(struct tokenizer *tok, const struct gguf *g, bool *llama3, char *err, size_t errlen)
+{
+    struct gguf_str pre = {NULL, 0};
+    attnd_status ps = gguf_get_str(g, KEY_PRE, &pre);
+    if (ps != ATTND_OK && ps != ATTND_ERR_NOTFOUND) {
+        set_err(err, errlen, "%s is not a string", KEY_PRE);
+        return ATTND_ERR_FORMAT;
     }
+    bool known = true;
+    attnd_status st = tok_bpe_init(tok, pre.ptr, (size_t)pre.len, &known, err, errlen);
+    if (st != ATTND_OK) return st;
+    if (!known)
+        log_warn("tokenizer: unknown pre-tokenizer %s = \"%.*s\"; using \"default\"", KEY_PRE,
+                 (int)(pre.len > 40 ? 40 : pre.len), pre.ptr);
+    *llama3 = !strcmp(tok->pre_name, "llama3");
+    tok->ignore_merges = *llama3;
+    st = load_merges(tok, g, err, errlen);
+    if (st != ATTND_OK) return st;
+    for (unsigned b = 0; b < 256; b++) {
+        char u[4];
+        size_t l = utf8_encode(tok_bpe_byte_cp(b), u);
+        tok->byte_tok[b] = tok_lookup(tok, u, l);
+    }
+    return ATTND_OK;
+}
 
-    /* ---- 6. special ids and flags ---- */
-    if (kind == TOK_KIND_SPM) {
+/* Step 5 (SPM): the byte tokens <0xNN> (or the byte itself as a token). */
+static void init_spm_bytes(struct tokenizer *tok)
+{
+    for (unsigned b = 0; b < 256; b++) {
+        char h[7];
+        snprintf(h, sizeof h, "<0x%02X>", b);
+        int id = tok_lookup(tok, h, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = tok_lookup(tok, &c, 1);
+        }
+        tok->byte_tok[b] = id;
+    }
+}
+
+/* Step 6a: the special ids (defaults by kind, overridden by the tokenizer.ggml.*_token_id keys). */
+static attnd_status read_special_ids(struct tokenizer *tok, const struct gguf *g, char *err, size_t errlen)
+{
+    if (tok->kind == TOK_KIND_SPM) {
         tok->unk = 0;
-        tok->bos = nv > 1 ? 1 : -1;
-        tok->eos = nv > 2 ? 2 : -1;
+        tok->bos = tok->n_vocab > 1 ? 1 : -1;
+        tok->eos = tok->n_vocab > 2 ? 2 : -1;
     }
     static const struct {
         const char *key;
@@ -612,49 +609,98 @@ attnd_status tok_create(const struct gguf *g, struct tokenizer **out, char *err,
         {"tokenizer.ggml.seperator_token_id", offsetof(struct tokenizer, sep)},
     };
     for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
-        st = get_special_id(g, ids[i].key, tok->n_vocab, (int *)((char *)tok + ids[i].off), err, errlen);
-        if (st != ATTND_OK) goto fail_st;
+        attnd_status st = get_special_id(g, ids[i].key, tok->n_vocab, (int *)((char *)tok + ids[i].off), err, errlen);
+        if (st != ATTND_OK) return st;
     }
-    tok->add_bos = kind == TOK_KIND_SPM || llama3;
+    return ATTND_OK;
+}
+
+/* Step 6b: the add_bos / add_eos / add_space_prefix flags, checked against the special ids. */
+static attnd_status read_flags(struct tokenizer *tok, const struct gguf *g, bool llama3, char *err, size_t errlen)
+{
+    attnd_status st;
+    tok->add_bos = tok->kind == TOK_KIND_SPM || llama3;
     tok->add_eos = false;
-    tok->add_space_prefix = kind == TOK_KIND_SPM;
+    tok->add_space_prefix = tok->kind == TOK_KIND_SPM;
     bool bos_key = false, eos_key = false;
     if ((st = get_opt_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, &bos_key, err, errlen)) ||
         (st = get_opt_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, &eos_key, err, errlen)) ||
         (st = get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, NULL, err, errlen)))
-        goto fail_st;
-    if (kind == TOK_KIND_BPE) tok->add_space_prefix = false;
+        return st;
+    if (tok->kind == TOK_KIND_BPE) tok->add_space_prefix = false;
     if (tok->add_bos && tok->bos < 0) {
         if (bos_key) {
             set_err(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
-            goto fail;
+            return ATTND_ERR_FORMAT;
         }
         tok->add_bos = false;
     }
     if (tok->add_eos && tok->eos < 0) {
         set_err(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
-        goto fail;
+        return ATTND_ERR_FORMAT;
     }
+    return ATTND_OK;
+}
 
-    /* ---- 7. pieces, EOG, specials ---- */
+/* Step 7: pieces, EOG, specials. */
+static attnd_status finish_tables(struct tokenizer *tok, const struct gguf *g, char *piece_area, char *err,
+                                  size_t errlen)
+{
     infer_eog(tok);
-    st = build_pieces(tok, piece_area, err, errlen);
-    if (st != ATTND_OK) goto fail_st;
+    attnd_status st = build_pieces(tok, piece_area, err, errlen);
+    if (st != ATTND_OK) return st;
     for (int id = 0; id < tok->n_vocab; id++)
         if (tok->tok[id].plen > tok->max_piece) tok->max_piece = tok->tok[id].plen;
-    if (build_specials(tok) != ATTND_OK) goto nomem;
+    if ((st = build_specials(tok)) != ATTND_OK) return st;
     model_quirks(tok, g);
-
-    *out = tok;
     return ATTND_OK;
+}
 
-nomem:
-    set_err(err, errlen, "out of memory loading the tokenizer");
-    st = ATTND_ERR_NOMEM;
-    goto fail_st;
-fail:
-    st = ATTND_ERR_FORMAT;
-fail_st:
+/* Allocates an empty tokenizer of kind for n tokens, or NULL. */
+static struct tokenizer *tok_alloc(enum tok_kind kind, uint64_t n)
+{
+    struct tokenizer *tok = calloc(1, sizeof *tok);
+    if (!tok) return NULL;
+    tok->kind = kind;
+    tok->n_vocab = (int)n;
+    tok->bos = tok->eos = tok->eot = tok->eom = tok->unk = tok->pad = tok->sep = -1;
+    tok->pre_name = "spm";
+    tok->tok = calloc((size_t)n, sizeof *tok->tok);
+    if (!tok->tok) {
+        free(tok);
+        return NULL;
+    }
+    return tok;
+}
+
+attnd_status tok_create(const struct gguf *g, struct tokenizer **out, char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = 0;
+    if (!out) return ATTND_ERR_INVALID;
+    *out = NULL;
+    if (!g) {
+        set_err(err, errlen, "no GGUF handle");
+        return ATTND_ERR_INVALID;
+    }
+    enum tok_kind kind;
+    struct vocab_keys vk;
+    attnd_status st;
+    if ((st = read_kind(g, &kind, err, errlen)) || (st = find_arrays(g, &vk, err, errlen))) return st;
+    struct tokenizer *tok = tok_alloc(kind, vk.n);
+    char *piece_area = NULL;
+    bool llama3 = false;
+    if (!tok) st = ATTND_ERR_NOMEM;
+    else if (!(st = copy_texts(tok, g, &vk, &piece_area, err, errlen)) && !(st = build_hash(tok))) {
+        if (kind == TOK_KIND_BPE) st = init_bpe(tok, g, &llama3, err, errlen);
+        else init_spm_bytes(tok);
+        if (!st && !(st = read_special_ids(tok, g, err, errlen)) && !(st = read_flags(tok, g, llama3, err, errlen)))
+            st = finish_tables(tok, g, piece_area, err, errlen);
+    }
+    if (st == ATTND_OK) {
+        *out = tok;
+        return ATTND_OK;
+    }
+    if (st == ATTND_ERR_NOMEM && (!err || !errlen || !err[0])) set_err(err, errlen, "out of memory loading the tokenizer");
     tok_destroy(tok);
     return st;
 }

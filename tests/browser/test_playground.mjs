@@ -198,6 +198,31 @@ try {
   console.log(`long prompt: ${n2} tokens, generated + mapped in ${Date.now() - t0} ms, heatmap drawn in ${renderMs} ms`);
   await page.screenshot({ path: join(outDir, 'long.png'), fullPage: true });
 
+  // ---- chat mode: two turns through /v1/chat/completions, maps of the chat's id ----------------
+  await page.check('#mode-chat');
+  const chatSettings = { max_tokens: 8, temperature: 0, top_k: 40, top_p: 0.95, seed: 7 };
+  const convo = [];
+  for (const text of ['Hello there', 'And then?']) {
+    await page.fill('#prompt', text);
+    await page.click('#submit');
+    await page.waitForSelector('#completion[data-state="done"]', { timeout: T });
+    const shown = await page.evaluate(() => Array.from(document.querySelectorAll('#chat-log .msg')).map((d) =>
+      ({ role: d.dataset.role, content: d.textContent })));
+    convo.push({ role: 'user', content: text });
+    const ref = await api('/v1/chat/completions', { messages: convo, ...chatSettings });
+    check(ref.status === 200, `chat: ${ref.status} ${ref.text.slice(0, 200)}`);
+    const reply = ref.json.choices[0].message.content;
+    convo.push({ role: 'assistant', content: reply });
+    check(JSON.stringify(shown) === JSON.stringify(convo), `chat log ${JSON.stringify(shown)} != ${JSON.stringify(convo)}`);
+    const cid = await page.getAttribute('#completion', 'data-id');
+    check(/^chatcmpl-\d+$/.test(cid || ''), `chat id ${cid}`);
+    await page.waitForSelector(`#heatmap[data-ready="1"][data-id="${cid}"]`, { timeout: T });
+    const ca = (await api(`/attention?id=${cid}&layer=0&head=0`)).json;
+    check(ca.n_tokens === ref.json.usage.prompt_tokens + ref.json.usage.completion_tokens, `chat map has ${ca.n_tokens} tokens`);
+  }
+  await page.screenshot({ path: join(outDir, 'chat.png'), fullPage: true });
+  await page.check('#mode-gen');
+
   // ---- an API error shows as a readable message ----------------------------------------------
   await page.fill('#prompt', 'hello');
   await page.fill('#temperature', '500');

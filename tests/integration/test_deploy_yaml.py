@@ -1,14 +1,19 @@
 #!/usr/bin/python3
-"""Deployment files: every YAML under deploy/ parses, and the key fields agree with the daemon —
-the Kubernetes Deployment probes /health on port 8080 as a non-root user with the models PVC
-mounted at /models, the Service and the HPA point at it, docker-compose health-checks /health;
-the Dockerfile is multi-stage, installs through deploy/install-deps.sh, runs as a non-root user,
-exposes 8080 and has a HEALTHCHECK on /health; the systemd unit runs `attnd serve` and stops it
-with SIGTERM."""
+"""Deployment files: every YAML under deploy/ parses, and the key fields agree with the daemon and
+with `make image` — the Kubernetes Deployment probes /health on port 8080 (startup, readiness,
+liveness) as a non-root user with the models PVC mounted at /models, sets CPU and memory requests
+and limits, and runs the image `make image` tags; the Service and the HPA point at it;
+docker-compose health-checks /health, runs that image, and passes `docker-compose config` where
+the tool is installed; the Dockerfile is multi-stage, installs through deploy/install-deps.sh, runs
+as a non-root user, exposes 8080, has a HEALTHCHECK that asks /health, and its runtime stage
+installs only the run-time group (no Mesa unless VULKAN_CPU=1); the systemd unit runs
+`attnd serve` and stops it with SIGTERM."""
 import configparser
 import glob
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 import yaml
@@ -44,6 +49,15 @@ def port_is_8080(port, container):
     return any(p.get("name") == port and p.get("containerPort") == 8080 for p in container.get("ports", []))
 
 
+# ---- the tags `make image` gives: IMAGE (deploy/build-image.sh's default) : VERSION | latest ----
+with open(os.path.join(ROOT, "VERSION")) as f:
+    VERSION = f.read().strip()
+with open(os.path.join(ROOT, "deploy", "build-image.sh")) as f:
+    m = re.search(r"^IMAGE=\$\{IMAGE:-([a-z0-9./_-]+)\}", f.read(), re.M)
+IMAGE = m.group(1) if m else None
+check(IMAGE and re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", VERSION), f"image name {IMAGE} / VERSION {VERSION!r}")
+TAGS = {f"{IMAGE}:{VERSION}", f"{IMAGE}:latest"}
+
 # ---- every YAML parses ----
 docs = {}
 yamls = sorted(glob.glob(os.path.join(ROOT, "deploy", "**", "*.y*ml"), recursive=True))
@@ -74,7 +88,11 @@ if dep:
     spec = dig(dep, "spec", "template", "spec", default={})
     cont = dig(spec, "containers", 0, default={})
     check(any(p.get("containerPort") == 8080 for p in cont.get("ports", [])), "Deployment: containerPort 8080")
-    for probe in ("readinessProbe", "livenessProbe"):
+    check(cont.get("image") in TAGS, f"Deployment: image {cont.get('image')} is not one of make image's tags {TAGS}")
+    res = cont.get("resources") or {}
+    for kind in ("requests", "limits"):
+        check(all(dig(res, kind, r) for r in ("cpu", "memory")), f"Deployment: resources.{kind} cpu and memory, is {res}")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         get = dig(cont, probe, "httpGet", default={})
         check(get.get("path") == "/health" and port_is_8080(get.get("port"), cont),
               f"Deployment: {probe} must GET /health on 8080, is {get}")
@@ -116,11 +134,20 @@ for name, s in (compose or {}).get("services", {}).items():
     check(any(str(p).endswith("8080:8080") or dig(p, "target") == 8080 for p in s.get("ports", [])),
           f"compose {name}: publishes 8080")
     test = " ".join(map(str, dig(s, "healthcheck", "test", default=[])))
-    check("/health" in test, f"compose {name}: healthcheck on /health, is {test!r}")
+    # attnd-healthcheck is deploy/healthcheck.sh in the image (checked with the Dockerfile below)
+    check("/health" in test or test == "CMD /usr/local/bin/attnd-healthcheck", f"compose {name}: healthcheck on /health, is {test!r}")
     vols = s.get("volumes", [])
     check(any((isinstance(v, str) and ":/models" in v) or dig(v, "target") == "/models" for v in vols),
           f"compose {name}: models volume at /models")
     check(str(s.get("user", "10001")).split(":")[0] not in ("0", "root"), f"compose {name}: non-root user")
+    check(s.get("image") in TAGS, f"compose {name}: image {s.get('image')} is not one of make image's tags {TAGS}")
+if shutil.which("docker-compose"):
+    r = subprocess.run(["docker-compose", "-f", os.path.join(ROOT, "deploy", "docker-compose.yml"), "config", "-q"],
+                       capture_output=True, text=True, env={**os.environ, "MODEL_DIR": "/models"})
+    check(r.returncode == 0, f"docker-compose config: {r.stderr.strip()}")
+    print("docker-compose config -q: " + ("valid" if r.returncode == 0 else "INVALID"))
+else:
+    print("docker-compose not installed (deploy/install-deps.sh installs it): compose schema not validated")
 
 # ---- Dockerfile ----
 with open(os.path.join(ROOT, "Dockerfile")) as f:
@@ -136,18 +163,31 @@ users = [a.split(":")[0].strip() for i, a in final if i == "USER"]
 check(users and users[-1] not in ("root", "0"), f"Dockerfile: final stage runs as non-root, USER {users}")
 check(any(i == "EXPOSE" and "8080" in a.split() for i, a in final), "Dockerfile: EXPOSE 8080")
 hc = [a for i, a in final if i == "HEALTHCHECK"]
-check(hc and "/health" in hc[-1], f"Dockerfile: HEALTHCHECK on /health, is {hc}")
+hc_script = ""
+if hc and "attnd-healthcheck" in hc[-1]:
+    check(any(i == "COPY" and a.split() == ["deploy/healthcheck.sh", "/usr/local/bin/attnd-healthcheck"] for i, a in final),
+          "Dockerfile: the HEALTHCHECK script is deploy/healthcheck.sh")
+    with open(os.path.join(ROOT, "deploy", "healthcheck.sh")) as f:
+        hc_script = f.read()
+check(hc and ("/health" in hc[-1] or "GET /health " in hc_script), f"Dockerfile: HEALTHCHECK on /health, is {hc}")
 check(any(i == "RUN" and "install-deps.sh" in a for i, a in instr[:last_stage]), "Dockerfile: build stage uses install-deps.sh")
 check(any(i == "RUN" and "install-deps.sh runtime" in a for i, a in final), "Dockerfile: runtime uses install-deps.sh runtime")
-check(any(i == "VOLUME" and "/models" in a for i, a in final), "Dockerfile: /models volume")
+check(any(i == "RUN" and "install-deps.sh build" in a for i, a in instr[:last_stage]),
+      "Dockerfile: the build stage installs only the build group")
+# /models holds the baked-in default model; a VOLUME there would copy it into an anonymous volume per run
+check(any(i == "COPY" and a.split()[-1].rstrip("/") == "/models" for i, a in final), "Dockerfile: /models in the image")
+check(not any(i == "VOLUME" and "/models" in a for i, a in final), "Dockerfile: no VOLUME over the baked-in /models")
 cmd = " ".join(a for i, a in final if i in ("CMD", "ENTRYPOINT"))
 check("serve" in cmd and "0.0.0.0" in cmd, f"Dockerfile: serves on 0.0.0.0 by default, is {cmd}")
 with open(os.path.join(ROOT, "deploy", "install-deps.sh")) as f:
     deps = f.read()
 m = re.search(r'^runtime="([^"]*)"', deps, re.M)
 rt = m.group(1).split() if m else []
-for pkg in ("libvulkan1", "mesa-vulkan-drivers", "libmicrohttpd12", "libcjson1", "curl"):
+for pkg in ("libvulkan1", "libmicrohttpd12", "libcjson1", "liburing2", "libpcre2-8-0"):
     check(pkg in rt, f"install-deps.sh runtime lacks {pkg}")
+check("mesa-vulkan-drivers" not in rt and "curl" not in rt, f"install-deps.sh runtime is not slim: {rt}")
+m = re.search(r'^vulkan_cpu="([^"]*)"', deps, re.M)
+check(m and "mesa-vulkan-drivers" in m.group(1).split(), "install-deps.sh: the vulkan-cpu group has Mesa's drivers")
 
 # ---- systemd ----
 unit = configparser.ConfigParser(strict=False, interpolation=None)

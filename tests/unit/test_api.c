@@ -11,6 +11,7 @@
 #include "server/api/errors.h"
 #include "server/api/history.h"
 #include "server/api/metrics.h"
+#include "server/api/query.h"
 #include "server/api/routes.h"
 #include "tests/unit/testutil.h"
 
@@ -94,7 +95,8 @@ static void test_routes(void)
         {"/metrics", "GET", true, true},        {"/", "GET", true, true},
         {"/index.html", "GET", true, true},     {"/nope", "GET", false, false},
         {"/v1/generate/", "POST", false, false}, {"/attention", "GE", true, false},
-        {"/attention", "", true, false},
+        {"/attention", "", true, false},        {"/v1/chat/completions", "POST", true, true},
+        {"/v1/completions", "POST", true, true}, {"/v1/completions", "GET", true, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct api_route *r = api_route_find(cases[i].url);
@@ -130,6 +132,39 @@ static void test_history(void)
     free(t);
     api_history_destroy(srv.history);
     api_history_destroy(NULL);
+}
+
+/* The ids the generation routes answer with, as history keys and back. */
+static void test_request_ids(void)
+{
+    static const struct {
+        const char *id, *index, *back;
+        bool ok;
+    } cases[] = {
+        {"gen-7", NULL, "gen-7", true},           {"7", NULL, "gen-7", true},
+        {"chatcmpl-5", NULL, "chatcmpl-5", true}, {"chatcmpl-5", "3", "chatcmpl-5", true},
+        {"cmpl-5", "255", "cmpl-5", true},        {"cmpl-5", "256", NULL, false},
+        {"gen-7", "1", NULL, false},              {"chatcmpl-", NULL, NULL, false},
+        {"chatcmpl-x", NULL, NULL, false},        {"gen-281474976710656", NULL, NULL, false},
+        {NULL, "1", NULL, false},
+    };
+    uint64_t keys[sizeof cases / sizeof cases[0]];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t key = 0;
+        bool ok = api_parse_request_id(cases[i].id, cases[i].index, &key);
+        T_CHECK(ok == cases[i].ok, "id %s index %s: %d", cases[i].id ? cases[i].id : "NULL",
+                cases[i].index ? cases[i].index : "NULL", ok);
+        keys[i] = ok ? key : 0;
+        if (!ok || !cases[i].back) continue;
+        char buf[64];
+        api_history_id_str(key, buf, sizeof buf);
+        T_CHECK(!strcmp(buf, cases[i].back), "id %s answers as %s", cases[i].id, buf);
+    }
+    /* gen-5, chatcmpl-5, chatcmpl-5 choice 3 and cmpl-5 are four different requests */
+    uint64_t g5;
+    T_CHECK(api_parse_request_id("gen-5", NULL, &g5) && g5 != keys[2] && keys[2] != keys[3] && keys[2] != keys[4] &&
+                g5 == 5,
+            "keys are distinct");
 }
 
 static void test_errors(void)
@@ -215,6 +250,7 @@ int main(void)
     test_floats();
     test_routes();
     test_history();
+    test_request_ids();
     test_errors();
     test_metrics();
     printf("test_api: %d checks, %d failures\n", t_checks, t_failures);

@@ -1,6 +1,6 @@
-/* tok_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
-#ifndef ATTND_TOK_INTERNAL_H
-#define ATTND_TOK_INTERNAL_H
+/* tokenizer_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
+#ifndef ATTND_TOKENIZER_INTERNAL_H
+#define ATTND_TOKENIZER_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,8 +78,23 @@ struct tok_ids {
 };
 bool tok_ids_push(struct tok_ids *ids, int32_t id);
 
-/* Length of the valid UTF-8 character at s[0..n) (n >= 1), or 0 if the bytes there are not one. */
-size_t tok_utf8_len(const unsigned char *s, size_t n);
+/* A candidate merge of two adjacent symbols, for both tokenizers' merge loops. */
+struct tok_bigram {
+    double prio;          /* lower pops first (BPE: merge rank; SPM: -score); ties: lower left */
+    int left, right;      /* symbol indices */
+    int32_t lid, rid;     /* BPE: the symbols' ids when queued (a stale entry has others) */
+    int32_t result;       /* BPE: id of the merged token */
+    size_t size;          /* SPM: bytes of the pair when queued */
+};
+/* A binary min-heap of bigrams; {0} is empty; free(.v) releases it. */
+struct tok_heap {
+    struct tok_bigram *v;
+    size_t n, cap;
+};
+/* Adds b; false (heap unchanged) if out of memory. */
+bool tok_heap_push(struct tok_heap *h, struct tok_bigram b);
+/* Removes and returns the first bigram; h->n must be > 0. */
+struct tok_bigram tok_heap_pop(struct tok_heap *h);
 
 /* SPM: tokenizes one raw-text fragment, after a dummy space if prefix_space. */
 attnd_status tok_spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool prefix_space,

@@ -1,32 +1,12 @@
-/* util.c - status names, the logger and the invariant check. */
-#include "attnd/status.h"
+/* log.c - see log.h. */
 #include "attnd/log.h"
-#include "attnd/check.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
-
-const char *attnd_status_str(attnd_status s)
-{
-    switch (s) {
-    case ATTND_OK: return "ok";
-    case ATTND_ERR_INVALID: return "invalid argument";
-    case ATTND_ERR_IO: return "i/o error";
-    case ATTND_ERR_FORMAT: return "bad file format";
-    case ATTND_ERR_UNSUPPORTED: return "unsupported";
-    case ATTND_ERR_NOMEM: return "out of memory";
-    case ATTND_ERR_RANGE: return "out of range";
-    case ATTND_ERR_NOTFOUND: return "not found";
-    case ATTND_ERR_INTERNAL: return "internal error";
-    case ATTND_ERR_NUMERIC: return "the model produced NaN or infinite values";
-    }
-    return "unknown status";
-}
 
 static int g_level = -1;
 
@@ -70,30 +50,4 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
     line[len++] = '\n';
     ssize_t w = write(2, line, len);
     (void)w;
-}
-
-void check_fail(const char *file, int line, const char *expr)
-{
-    fprintf(stderr, "attnd: invariant broken at %s:%d: %s\n", file, line, expr);
-    fflush(stderr);
-    abort();
-}
-
-void check_deadline(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    long long ns = ts->tv_nsec + (long long)(ms > 0 ? ms : 0) * 1000000LL;
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
-}
-
-int check_cond_init(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    int rc = pthread_condattr_init(&ca);
-    if (rc) return rc;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-    return rc;
 }

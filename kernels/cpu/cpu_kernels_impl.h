@@ -1,4 +1,4 @@
-/* kernels_impl.h - private to kernels/cpu: the per-ISA kernel entry points that kernels.c
+/* cpu_kernels_impl.h - private to kernels/cpu: the per-ISA kernel entry points that cpu_kernels.c
  * dispatches to. kernels_avx2.c is built with -mavx2 -mfma -mf16c and kernels_avx512.c with
  * -mavx512f/bw/vl/dq; nothing here may be called unless cpu_kernels_init() found that ISA.
  *
@@ -8,8 +8,8 @@
  *            Q8_0 blocks whose quants lie in [-127, 127] (what cpu_quantize_row_q8_0 writes).
  *   gemm:    y[j*y_stride + r] = vec_dot(W row r, A row j) for r in [r0, r1), j < n_tok.
  * No pointer needs more than byte alignment; all functions are thread-safe (pure). */
-#ifndef ATTND_KERNELS_IMPL_H
-#define ATTND_KERNELS_IMPL_H
+#ifndef ATTND_CPU_KERNELS_IMPL_H
+#define ATTND_CPU_KERNELS_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>

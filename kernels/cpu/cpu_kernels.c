@@ -1,9 +1,9 @@
-/* kernels.c - CPU kernels: run-time ISA dispatch, f16/bf16 conversions, and the scalar
+/* cpu_kernels.c - CPU kernels: run-time ISA dispatch, f16/bf16 conversions, and the scalar
  * reference kernels (which are also the kernels of the "scalar" ISA). The SIMD versions live
  * in kernels_avx2.c and kernels_avx512.c; this file is built for baseline x86-64 and never
  * uses their instructions itself. */
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/cpu_kernels_impl.h"
 
 #include "attnd/check.h"
 #include "attnd/log.h"

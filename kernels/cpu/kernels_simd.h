@@ -1,0 +1,86 @@
+/* kernels_simd.h - the static inline helpers kernels_avx2.c and kernels_avx512.c share (weight
+ * types, scalar F16 load, the Q8_0/Q4_0 block loads) and the float-weight entry points both
+ * define the same way over their own dot_float / gemm_float. Include only from a file built with
+ * at least -mavx2 -mfma -mf16c (both are). */
+#ifndef ATTND_KERNELS_SIMD_H
+#define ATTND_KERNELS_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels_impl.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kernels_simd.h needs -mavx2 -mfma -mf16c"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+enum { WT_F32, WT_F16, WT_BF16 };
+
+INLINE float ld_f16(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
+ * 0..15, high nibbles 16..31) minus 8. */
+INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)
+{
+    if (!q4) return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
+    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES + 2));
+    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+}
+
+/* The 32 int8 quants of Q8_0 activation block b. */
+INLINE __m256i load_aq(const unsigned char *row, size_t b)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)(row + b * CPU_Q8_0_BYTES + 2));
+}
+
+/* The f16 scale of weight block b. */
+INLINE float scale_w(int q4, const unsigned char *row, size_t b)
+{
+    return ld_f16(row + b * (q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES));
+}
+
+/* Defines cpu_<isa>_vec_dot_{f32,f16,bf16} and cpu_<isa>_gemm_{f32,f16,bf16} (declared in
+ * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...). */
+#define KERNELS_FLOAT_ENTRIES(isa)                                                                          \
+    float cpu_##isa##_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); } \
+    float cpu_##isa##_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); } \
+    float cpu_##isa##_vec_dot_bf16(size_t n, const void *w, const void *a) { return dot_float(WT_BF16, n, w, a); } \
+    void cpu_##isa##_gemm_f32(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb, \
+                              size_t n_tok, float *y, size_t ys)                                              \
+    {                                                                                                          \
+        gemm_float(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
+    }                                                                                                          \
+    void cpu_##isa##_gemm_f16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb, \
+                              size_t n_tok, float *y, size_t ys)                                              \
+    {                                                                                                          \
+        gemm_float(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
+    }                                                                                                          \
+    void cpu_##isa##_gemm_bf16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,        \
+                               size_t arb, size_t n_tok, float *y, size_t ys)                                 \
+    {                                                                                                          \
+        gemm_float(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                          \
+    }
+
+/* Defines cpu_<isa>_gemm_{q8_0,q4_0} over the including file's gemm_quant(q4, ...). */
+#define KERNELS_QUANT_GEMMS(isa)                                                                            \
+    void cpu_##isa##_gemm_q8_0(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,        \
+                               size_t arb, size_t n_tok, float *y, size_t ys)                                 \
+    {                                                                                                          \
+        gemm_quant(0, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                                \
+    }                                                                                                          \
+    void cpu_##isa##_gemm_q4_0(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,        \
+                               size_t arb, size_t n_tok, float *y, size_t ys)                                 \
+    {                                                                                                          \
+        gemm_quant(1, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                                \
+    }
+
+#endif
