@@ -439,7 +439,7 @@ static long body_nul_at(const char *b, size_t n, size_t *n_commas)
 
 /* Checks done on the raw body before cJSON sees it: a NUL, or more values than any valid body
  * has (a 1 MiB "[0,0,...]" would cost cJSON ~32 MiB of nodes). Returns true with the reason in err. */
-static bool body_refused(struct api_conn *c, char *err, size_t errlen)
+static bool body_refused(const struct api_conn *c, char *err, size_t errlen)
 {
     size_t commas;
     long nul = body_nul_at(c->body, c->body_len, &commas);
@@ -594,11 +594,7 @@ cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen)
         snprintf(err, errlen, "the body is empty; send a JSON object");
         return NULL;
     }
-    char why[512] = "";
-    if (body_refused(c, why, sizeof why)) {
-        *ret = api_error(c, 400, "%s", why);
-        return NULL;
-    }
+    if (body_refused(c, err, errlen)) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
     if (!root) {
