@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/fwd_seq.h"
 #include "attnd/model.h"
 #include "attnd/status.h"
 #include "attnd/tensor.h"
@@ -64,16 +65,6 @@ const char *fwd_backend_name(const struct fwd_ctx *c);
 const char *fwd_device_name(const struct fwd_ctx *c);
 /* Vulkan validation-layer errors seen on the context's device (0 on the CPU or without the layer). */
 unsigned fwd_validation_errors(const struct fwd_ctx *c);
-
-/* One sequence's share of a step. */
-struct fwd_seq {
-    struct kv_seq *kv;     /* its paged-cache sequence; the n tokens below must be its last n
-                              appended (kv_seq_append) and not yet computed */
-    const int32_t *tokens; /* n new tokens */
-    int n;
-    float *logits;         /* NULL, or n_vocab floats for the last token (n * n_vocab if all_logits) */
-    bool all_logits;
-};
 
 /* Runs the model over every sequence's new tokens (at most n_batch in all), writes their K/V
  * into the cache and commits them (kv_seq_commit), and fills the requested logits. Returns

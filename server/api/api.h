@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attnd/http.h"
+#include "attnd/http_config.h"
 
 struct api_history;
 struct api_route;

@@ -15,7 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attnd/forward.h"
+#include "attnd/fwd_seq.h"
+#include "attnd/model.h"
+#include "attnd/status.h"
+
+struct kv_cache;
 
 /* What a step copies out besides logits (the probes of forward.h); fields unset = off. */
 struct fwd_probe {

@@ -1,0 +1,26 @@
+/* http_config.h - the HTTP front end's settings, in a header of their own so the API layer's
+ * shared state (server/api/api.h) can hold them without including http.h, the public face
+ * that http.c implements on top of that layer. */
+#ifndef ATTND_HTTP_CONFIG_H
+#define ATTND_HTTP_CONFIG_H
+
+#include <stddef.h>
+
+struct http_config {
+    const char *host;         /* address or host name to bind, e.g. "127.0.0.1", "0.0.0.0", "::" */
+    int port;                 /* TCP port; 0 = let the kernel pick a free one (see http_port()) */
+    size_t max_body;          /* largest request body accepted, bytes (bigger: 413) */
+    int max_tokens_cap;       /* largest max_tokens a request may ask for */
+    int keep_requests;        /* finished requests /attention can address (>= 1) */
+    int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
+    const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
+    int max_connections;      /* concurrent connections (each holds one thread) */
+    int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
+    int timeout_ms;           /* a connection with no bytes in either direction for this long is closed
+                                 (rounded up to whole seconds; 0 = never). A request being answered
+                                 is not idle: the answer's bytes (SSE keep-alives too) count */
+    int chat_template;        /* enum chat_family for /v1/chat/completions; -1: recognised from the
+                                 model's tokenizer.chat_template (ChatML if none) */
+};
+
+#endif
