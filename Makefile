@@ -4,6 +4,9 @@
 #   make                 release: -O2, portable x86-64 baseline; SIMD kernels chosen at run time
 #   make VARIANT=debug   -O0 -g, for gdb
 #   make VARIANT=asan    AddressSanitizer + UndefinedBehaviorSanitizer, for the hostile-input tests
+#   make VARIANT=fuzz CC=clang fuzzers
+#                        the library instrumented for libFuzzer (+ ASan/UBSan) and the harnesses in
+#                        tests/fuzz (`make fuzz` builds and runs them; `make test` replays their corpora)
 
 VARIANT ?= release
 SHARED  ?= ../shared
@@ -18,6 +21,9 @@ CFLAGS_release := -O2 -g
 CFLAGS_debug   := -O0 -g3
 CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS_asan   := -fsanitize=address,undefined
+CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+                  -fno-sanitize-recover=undefined
+LDFLAGS_fuzz   := -fsanitize=fuzzer,address,undefined
 CFLAGS  += $(WARN) $(CFLAGS_$(VARIANT)) -pthread
 LDFLAGS += $(LDFLAGS_$(VARIANT)) -pthread
 LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lvulkan -lm
@@ -32,6 +38,7 @@ LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/
 BIN_SRC := server/main.c $(wildcard server/cmd/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
 # The playground page (web/*) is embedded in the library as a generated C file (tools/embed.sh).
 WEB_FILES := $(sort $(wildcard web/*))
@@ -48,10 +55,11 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(WEB_GEN:%.c=$(BUILD)/obj/%.o)
 BIN_OBJ := $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS   := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 LIB     := $(BUILD)/libattnd.a
 BIN     := $(BUILD)/attnd
 
-.PHONY: all help deps test unit-test asan-test golden-test gguf-js-test bench run image image-test model clean
+.PHONY: all help deps test unit-test asan-test golden-test gguf-js-test bench run image image-test model clean fuzzers fuzz soak
 all: $(BIN) $(TESTS) $(BENCHES) ## build attnd, the tests and the benchmarks (VARIANT=release|debug|asan)
 
 help: ## this list
@@ -93,6 +101,26 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# test_faults fails the N-th allocation: the library's malloc/calloc/realloc calls go to its wrappers
+$(BUILD)/tests/test_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+fuzzers: $(FUZZERS) ## (with VARIANT=fuzz CC=clang) the libFuzzer harnesses of tests/fuzz
+
+FUZZ_SECONDS ?= 60
+fuzz: ## build the libFuzzer harnesses and run each for FUZZ_SECONDS (default 60); crashes land in tests/fuzz/regress/
+	$(MAKE) VARIANT=fuzz CC=clang fuzzers
+	$(MAKE) $(BUILD)/attnd
+	SHARED=$(SHARED) ATTND=$(BUILD)/attnd ./tests/fuzz/run.sh fuzz $(FUZZ_SECONDS)
+
+SOAK_SECONDS ?= 300
+soak: ## 16 clients against a live daemon for SOAK_SECONDS (default 300); prints the figures (not in make test)
+	$(MAKE) $(BIN)
+	SHARED=$(SHARED) ATTND=$(BIN) nice -n 10 python3 tests/soak/soak.py $(SOAK_SECONDS)
+
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
@@ -101,6 +129,7 @@ test: ## build and run every test (unit, golden, hostile files under ASan, indep
 	./deploy/install-deps.sh
 	$(MAKE) all
 	$(MAKE) VARIANT=asan all
+	$(MAKE) VARIANT=fuzz CC=clang fuzzers
 	SHARED=$(SHARED) ATTND=$(BUILD)/attnd ASAN_ATTND=build/asan/attnd ./tests/run.sh $(BUILD) build/asan
 
 unit-test: all ## only the C unit tests of this variant
