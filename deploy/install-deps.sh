@@ -8,6 +8,8 @@
 #   deploy/install-deps.sh image        what `make image` / `make image-test` need on the host: buildah and
 #                                       mmdebstrap (build and run images without a Docker engine), docker-compose
 #                                       (validates deploy/docker-compose.yml) and python3-yaml/requests
+#   deploy/install-deps.sh train        what `make model` needs to retrain models/kjv.gguf (PyTorch, SentencePiece,
+#                                       the KJV text); `make test` does not need it
 set -eu
 mode=${1:-all}
 
@@ -17,16 +19,21 @@ runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1"
 vulkan_cpu="mesa-vulkan-drivers"
 build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev libpcre2-dev \
 libvulkan-dev glslang-tools"
-test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests curl docker-compose"
+test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests curl docker-compose \
+clang libclang-rt-14-dev"   # clang + libFuzzer runtime: the fuzz harnesses (make fuzz; make test replays them)
 image="buildah mmdebstrap python3 python3-yaml python3-requests"
+
+# libopenblas0-pthread: without it Debian's torch multiplies matrices with the reference BLAS (~25x slower)
+train="python3-torch python3-sentencepiece python3-numpy python3-matplotlib libopenblas0-pthread bible-kjv bible-kjv-text"
 
 case "$mode" in
   runtime) pkgs=$runtime ;;
+  train) pkgs=$train ;;
   vulkan-cpu) pkgs="$runtime $vulkan_cpu" ;;
   build) pkgs=$build ;;
   image) pkgs=$image ;;
   all) pkgs="$runtime $build $test" ;;
-  *) echo "usage: $0 [all|runtime|vulkan-cpu|build|image]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|runtime|vulkan-cpu|build|image|train]" >&2; exit 2 ;;
 esac
 
 missing=""

@@ -19,6 +19,7 @@ static const struct subcommand g_cmds[] = {
     {"chat", cmd_chat, "chat with an instruct model in the terminal (streamed, over its chat template)"},
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
+    {"heads", cmd_heads, "print the head census: previous-token, induction, sink, self scores per head"},
 
 
 };

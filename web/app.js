@@ -3,7 +3,9 @@
 //
 // Data flow: POST /v1/generate (SSE), or in chat mode POST /v1/chat/completions (SSE chunks) ->
 // the finished request's id -> GET /attention?id&layer&head (heatmap, head grid, token strip) and
-// GET /logit_lens?id&pos (lens table).
+// GET /logit_lens?id&pos (lens table). GET /heads (the head census) fills the layer x head grid;
+// the page opens on the strongest induction head (else the strongest previous-token head) with a
+// prompt that repeats a phrase (REPEAT_PROMPT), generated greedily.
 // Elements carry data-* attributes describing what they show (ids, positions, weights), which
 // the browser test (tests/browser/test_playground.mjs) reads back.
 'use strict';
@@ -27,6 +29,8 @@
     chat: [],           // chat mode: the conversation so far, [{role, content}]
   };
   let heatSeq = 0, gridSeq = 0, lensSeq = 0, lensTimer = 0;
+  // a made-up phrase (not in the corpus) said twice: the second time only copying predicts it
+  const REPEAT_PROMPT = 'Then Jonah saw seven white horses by the river of Gilead, and Jonah saw seven white horses by the';
 
   // ---- errors and API calls -------------------------------------------------------------------
 
@@ -319,6 +323,7 @@
     $('layer').value = String(layer);
     $('head').value = String(head);
     markGridActive();
+    markCensusActive();
     if (!state.reqId) return;
     loadHeatmap();
     if (layerChanged) loadGrid();
@@ -401,9 +406,12 @@
     for (let k = 0; k < lens.top; k++) head.appendChild(Object.assign(document.createElement('th'), { textContent: `#${k + 1}` }));
     frag.appendChild(head);
     const last = lens.layers.length - 1;
+    const firstTop = next === null ? -1 : lens.layers.findIndex((l) => l.top_ids[0] === next);
+    if (firstTop >= 0) $('lens-title').textContent += ` · becomes the top prediction at layer ${lens.layers[firstTop].layer}`;
     lens.layers.forEach((l, li) => {
       const tr = document.createElement('tr');
       tr.dataset.layer = String(l.layer);
+      if (li === firstTop) tr.classList.add('first-top');
       tr.appendChild(Object.assign(document.createElement('th'), {
         textContent: li === last ? `${l.layer} (output)` : String(l.layer) }));
       l.top.forEach(([piece, p], k) => {
@@ -425,7 +433,8 @@
     });
     body.textContent = '';
     body.appendChild(frag);
-    Object.assign(table.dataset, { id: lens.id, pos: String(lens.pos), top: String(lens.top), ready: '1' });
+    Object.assign(table.dataset, { id: lens.id, pos: String(lens.pos), top: String(lens.top), ready: '1',
+      firstTop: String(firstTop >= 0 ? lens.layers[firstTop].layer : -1) });
   }
 
   // ---- generation -----------------------------------------------------------------------------
@@ -600,6 +609,78 @@
     loadGrid();
   }
 
+  // ---- head census: a layer x head grid coloured by each head's dominant role -------------------
+
+  function censusScore(h) {
+    return { induction: h.induction, 'previous-token': h.previous_token, 'first-token': h.first_token,
+      self: h.self }[h.role];
+  }
+
+  function markCensusActive() {
+    for (const td of $('census-grid').querySelectorAll('td')) {
+      td.classList.toggle('active', Number(td.dataset.layer) === state.layer && Number(td.dataset.head) === state.head);
+    }
+  }
+
+  function drawCensus(c) {
+    const grid = $('census-grid'), body = grid.tBodies[0];
+    const frag = document.createDocumentFragment(), top = document.createElement('tr');
+    top.appendChild(document.createElement('th'));
+    for (let h = 0; h < c.n_head; h++) top.appendChild(Object.assign(document.createElement('th'), { textContent: `head ${h}` }));
+    frag.appendChild(top);
+    for (let l = 0; l < c.n_layer; l++) {
+      const tr = document.createElement('tr');
+      tr.appendChild(Object.assign(document.createElement('th'), { textContent: `layer ${l}` }));
+      for (let h = 0; h < c.n_head; h++) {
+        const e = c.heads[l * c.n_head + h], score = censusScore(e);
+        const td = document.createElement('td');
+        td.className = `role-${e.role}`;
+        td.style.setProperty('--s', (0.25 + 0.75 * Math.min(1, score === undefined ? 0.3 : score)).toFixed(3));
+        td.textContent = e.role === 'diffuse' ? `L${l} H${h}\ndiffuse` : `L${l} H${h}\n${e.role} ${score.toFixed(2)}`;
+        td.title = `${e.label} · previous-token ${e.previous_token.toFixed(3)} · induction ${e.induction.toFixed(3)} · ` +
+          `first-token ${e.first_token.toFixed(3)} · self ${e.self.toFixed(3)} · entropy ${e.entropy.toFixed(2)} nats` +
+          ` · KV head ${e.kv_head}`;
+        Object.assign(td.dataset, { layer: String(l), head: String(h), role: e.role, label: e.label,
+          induction: String(e.induction), previousToken: String(e.previous_token) });
+        td.addEventListener('click', () => selectLayerHead(l, h));
+        tr.appendChild(td);
+      }
+      frag.appendChild(tr);
+    }
+    body.textContent = '';
+    body.appendChild(frag);
+    const bi = c.best.induction, bp = c.best.previous_token;
+    $('census-note').textContent = `· strongest induction L${bi.layer} H${bi.head} ${bi.score.toFixed(2)}, ` +
+      `previous-token L${bp.layer} H${bp.head} ${bp.score.toFixed(2)}`;
+    Object.assign(grid.dataset, { ready: '1', bestLayer: String(bi.layer), bestHead: String(bi.head),
+      bestInduction: String(bi.score), prevLayer: String(bp.layer), prevHead: String(bp.head) });
+    markCensusActive();
+  }
+
+  async function loadCensus() {
+    let c;
+    try {
+      c = await getJSON('/heads');
+    } catch (e) {
+      $('census-note').textContent = '· census unavailable';
+      showError('GET /heads', e);
+      return;
+    }
+    drawCensus(c);
+    // open on the strongest induction head (or, when the model has none, the strongest
+    // previous-token head), showing it at work on a repeated phrase
+    const bi = c.best.induction, bp = c.best.previous_token;
+    const open = bi.score >= c.role_min ? bi : bp.score >= c.role_min ? bp : null;
+    if (open && !state.reqId && !state.generating && !chatMode()) {
+      $('census-grid').dataset.open = open === bi ? 'induction' : 'previous-token';
+      $('prompt').value = REPEAT_PROMPT;
+      $('temperature').value = '0';
+      $('max_tokens').value = '8';
+      selectLayerHead(open.layer, open.head);
+      $('gen-form').requestSubmit();
+    }
+  }
+
   // ---- start ----------------------------------------------------------------------------------
 
   async function loadModel() {
@@ -613,6 +694,7 @@
       fillSelect($('layer'), m.n_layer, Math.min(state.layer, m.n_layer - 1));
       fillSelect($('head'), m.n_head, Math.min(state.head, m.n_head - 1));
       clearError();
+      loadCensus();
     } catch (e) {
       $('model-info').textContent = 'model info unavailable';
       showError('GET /v1/models', e);

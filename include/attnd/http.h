@@ -31,7 +31,8 @@ struct tokenizer;
 struct sched;
 
 /* Fills cfg with the defaults: 127.0.0.1:8080, 1 MiB bodies, max_tokens cap 4096, 16 kept
- * requests, attention cap 2048 tokens, no API key, 256 connections, chat template from the model. */
+ * requests, attention cap 2048 tokens, no API key, 256 connections, 64 per client address,
+ * 30 s idle timeout, chat template from the model. */
 void http_config_default(struct http_config *cfg);
 
 /* Binds cfg->host:cfg->port and starts serving in background threads (strings in cfg are

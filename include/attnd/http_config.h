@@ -15,6 +15,10 @@ struct http_config {
     int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
     const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
     int max_connections;      /* concurrent connections (each holds one thread) */
+    int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
+    int timeout_ms;           /* a connection with no bytes in either direction for this long is closed
+                                 (rounded up to whole seconds; 0 = never). A request being answered
+                                 is not idle: the answer's bytes (SSE keep-alives too) count */
     int chat_template;        /* enum chat_family for /v1/chat/completions; -1: recognised from the
                                  model's tokenizer.chat_template (ChatML if none) */
 };

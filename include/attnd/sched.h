@@ -67,7 +67,7 @@ struct sched_event {
                                    callback only. */
     size_t text_len;
     float logprob;              /* log-probability of token (0 unless the request asked for logprobs) */
-    int n_top;                  /* top alternatives (== request's logprobs) */
+    int n_top;                  /* top alternatives: the request's logprobs, at most n_vocab */
     const int *top_ids;
     const float *top_logprobs;
     /* SCHED_EV_DONE */
@@ -76,7 +76,7 @@ struct sched_event {
     size_t final_text_len;
     int prompt_tokens, completion_tokens;
     double queue_ms, prompt_ms, generation_ms;
-    /* SCHED_EV_ERROR */
+    /* SCHED_EV_ERROR (ATTND_ERR_NUMERIC: NaN/Inf logits, the model is broken) */
     attnd_status status;
     const char *message;
 };

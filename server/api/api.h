@@ -9,7 +9,7 @@
  *   history.h  finished requests, for the routes that read them again
  *   errors.h   status -> HTTP code, the one JSON error shape (counted in metrics)
  *   reply.h    cJSON answers;  query.h  the query string;  lookup.h  a finished request by id=
- *   the routes (health.c, models.c, generate.c, attention.c, logit_lens.c, metrics_route.c, web.c)
+ *   the routes (health.c, models.c, generate.c, attention.c, logit_lens.c, heads.c, metrics_route.c, web.c)
  *   routes.h   the route table: one line per route
  *   http.c     libmicrohttpd set-up, the dispatcher walking the table, lifecycle (attnd/http.h)
  *

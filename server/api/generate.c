@@ -42,6 +42,7 @@ struct gen {
     int refs;
     struct http_server *srv;
     uint64_t id;           /* the scheduler's id */
+    struct sched *sched;   /* alive while !done: it frees itself only after every request's last event */
     bool stream;
     int logprobs;          /* top alternatives per token (0: no logprobs) */
     char model_name[128];
@@ -226,15 +227,12 @@ static void job_end(struct api_conn *c, bool ok)
     uint64_t id = g->id;
     c->prompt_tokens = g->prompt_tokens ? g->prompt_tokens : (int)g->n_prompt;
     c->completion_tokens = (int)g->n_toks;
+    /* Not through api_engine_acquire(): during the shutdown grace the engine is detached but the
+     * request still runs. Holding g->mu keeps the scheduler from delivering our last event, so
+     * it cannot finish and free itself meanwhile (callbacks never run under its own lock). */
+    if (!done) sched_cancel(g->sched, id);
     pthread_mutex_unlock(&g->mu);
-    if (!done) {
-        struct api_engine e;
-        if (api_engine_acquire(srv, &e)) {
-            sched_cancel(e.sched, id);
-            api_engine_release(srv);
-        }
-        log_info("generation gen-%llu: client went away, cancelled", (unsigned long long)id);
-    }
+    if (!done) log_info("generation gen-%llu: client went away, cancelled", (unsigned long long)id);
     api_inflight_end(srv);
     c->job = NULL;
     c->job_end = NULL;
@@ -418,6 +416,46 @@ static int parse_stop(const cJSON *it, struct sched_request *req, const char **s
     return 0;
 }
 
+/* Offset of the first NUL in the body, raw or written as the escape \u0000 inside a string, or
+ * -1. cJSON keeps strings NUL-terminated, so such a key or value would silently be cut there
+ * ("prompt\u0000x" would read as "prompt"). *n_commas gets the commas outside strings (up to
+ * the NUL): one less than the values of the largest possible array, before cJSON builds a node
+ * (~64 bytes) for each. */
+static long body_nul_at(const char *b, size_t n, size_t *n_commas)
+{
+    bool in_str = false;
+    *n_commas = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!b[i]) return (long)i;
+        if (!in_str && b[i] == ',') ++*n_commas;
+        if (b[i] == '"') in_str = !in_str;
+        else if (in_str && b[i] == '\\' && i + 1 < n) {
+            if (b[i + 1] == 'u' && i + 5 < n && !memcmp(b + i + 2, "0000", 4)) return (long)i;
+            i++; /* the escaped byte: \" does not end the string */
+        }
+    }
+    return -1;
+}
+
+/* Checks done on the raw body before cJSON sees it: a NUL, or more values than any valid body
+ * has (a 1 MiB "[0,0,...]" would cost cJSON ~32 MiB of nodes). Returns true with the reason in err. */
+static bool body_refused(const struct api_conn *c, char *err, size_t errlen)
+{
+    size_t commas;
+    long nul = body_nul_at(c->body, c->body_len, &commas);
+    if (nul >= 0) {
+        snprintf(err, errlen, "the body holds a NUL character (byte %ld); keys and strings may not", nul);
+        return true;
+    }
+    struct api_engine e;
+    if (!api_engine_acquire(c->srv, &e)) return false; /* answered 503 after the parse */
+    size_t most = (size_t)sched_n_ctx(e.sched) + SCHED_MAX_STOPS + 32;
+    api_engine_release(c->srv);
+    if (commas < most) return false;
+    snprintf(err, errlen, "the body holds more than %zu JSON values (a prompt has at most the context's tokens)", most);
+    return true;
+}
+
 /* A sampling field k (temperature ... seed) into sp: returns false if k is none of them, else
  * sets *ok (the value has the right type and range) and *want (what it must be). */
 static bool parse_sampling(const char *k, const cJSON *it, struct sampler_params *sp, bool *ok, const char **want)
@@ -556,6 +594,7 @@ cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen)
         snprintf(err, errlen, "the body is empty; send a JSON object");
         return NULL;
     }
+    if (body_refused(c, err, errlen)) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(c->body, c->body_len, &end, false);
     if (!root) {
@@ -582,6 +621,7 @@ static struct gen *gen_new(struct api_conn *c, const struct api_engine *e, struc
     check_cond_init(&g->cv); /* waited on with check_deadline deadlines */
     g->refs = 2; /* the connection and the scheduler */
     g->srv = c->srv;
+    g->sched = e->sched;
     g->stream = p->stream;
     g->logprobs = p->req.logprobs;
     g->sse = (struct api_sse){.mu = &g->mu, .cv = &g->cv, .fd = api_conn_fd(c), .state = stream_state,

@@ -38,7 +38,8 @@ int api_gen_prompt(const struct cJSON *it, const struct api_engine *e, int32_t *
                    size_t errlen);
 
 /* Parses c's body as one JSON value with nothing but white space after it. Returns the tree
- * (the caller deletes it), or NULL with the reason for a 400 in err. */
+ * (the caller deletes it), or NULL with the reason for a 400 in err. A NUL (raw or \u0000) and
+ * more values than any valid body holds are refused before cJSON builds anything. */
 struct cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen);
 
 /* True (with the message in err) if member it of object root has a name an earlier member has. */

@@ -28,6 +28,7 @@
 #include "server/api/routes.h"
 
 #define CONN_MEMORY_LIMIT (64 * 1024) /* per-connection buffer for headers and body chunks */
+#define BODY_DISCARD_MAX (64 * 1024)  /* bytes of an oversized chunked body read (and dropped) past the cap */
 
 /* ==============================================================================================
  * Admission and dispatch
@@ -143,8 +144,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         *upload_size = 0;
         if (c->responded) return MHD_YES; /* an error is queued: the rest of the body is dropped */
         append_body(c, upload_data, n);
-        /* a body without Content-Length that goes on and on: stop reading it */
-        if (c->body_err && c->body_seen / 16 > srv->cfg.max_body) return MHD_NO;
+        /* a body without Content-Length that goes on and on: the 413 goes out if it ends within
+         * BODY_DISCARD_MAX past the cap, else the connection is closed (it was 16 x the cap) */
+        if (c->body_err && c->body_seen > srv->cfg.max_body + BODY_DISCARD_MAX) return MHD_NO;
         return MHD_YES;
     }
     if (c->responded) return MHD_YES;
@@ -152,6 +154,19 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     if (c->body_err) return api_error(c, 503, "out of memory for the request body");
     if (!c->route) return no_route(c); /* not reached: admit() answered */
     return c->route->handler(c);
+}
+
+/* Copies s into out (cap bytes, NUL-terminated, cut to fit) with every byte outside printable
+ * ASCII, the backslash and the double quote written as \xNN: a request path can then never
+ * forge or break a log line (MHD has already turned %0A into a real newline). */
+static void log_escape(const char *s, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 <= cap; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\' && *p != '"') out[o++] = (char)*p;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+    }
+    out[o < cap ? o : cap - 1] = 0;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -165,11 +180,14 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     /* 499: the client went away before an answer was queued (nginx's convention) */
     int status = c->status ? c->status : 499;
     double ms = (api_now() - c->t_start) * 1e3;
+    char method[4 * sizeof c->method + 1], path[4 * sizeof c->path + 1];
+    log_escape(c->method, method, sizeof method);
+    log_escape(c->path, path, sizeof path);
     if (c->prompt_tokens || c->completion_tokens)
-        log_info("%s %s %d %.1f ms tokens %d+%d%s", c->method, c->path, status, ms, c->prompt_tokens,
+        log_info("%s %s %d %.1f ms tokens %d+%d%s", method, path, status, ms, c->prompt_tokens,
                  c->completion_tokens, ok ? "" : " (connection ended early)");
     else
-        log_info("%s %s %d %.1f ms%s", c->method, c->path, status, ms, ok ? "" : " (connection ended early)");
+        log_info("%s %s %d %.1f ms%s", method, path, status, ms, ok ? "" : " (connection ended early)");
     metrics_request(srv->metrics, c->route ? (size_t)(c->route - api_routes) : api_n_routes, status);
     free(c->body);
     free(c);
@@ -198,6 +216,8 @@ void http_config_default(struct http_config *cfg)
                                 .attention_max_tokens = 2048,
                                 .api_key = NULL,
                                 .max_connections = 256,
+                                .max_per_client = 64,
+                                .timeout_ms = 30000,
                                 .chat_template = -1};
 }
 
@@ -266,7 +286,8 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
 {
     *out = NULL;
     if (!cfg || cfg->port < 0 || cfg->port > 65535 || cfg->max_body == 0 || cfg->max_tokens_cap < 0 ||
-        cfg->keep_requests < 1 || cfg->attention_max_tokens < 1 || cfg->max_connections < 1) {
+        cfg->keep_requests < 1 || cfg->attention_max_tokens < 1 || cfg->max_connections < 1 ||
+        cfg->max_per_client < 0 || cfg->timeout_ms < 0) {
         snprintf(err, errlen, "invalid HTTP configuration");
         return ATTND_ERR_INVALID;
     }
@@ -299,6 +320,12 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
+                                /* idle or half-sent requests cannot hold a thread for ever, and one
+                                 * address cannot take every connection (MHD closes the extra one) */
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)((cfg->timeout_ms + 999) / 1000),
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                (unsigned)(cfg->max_per_client && cfg->max_per_client < cfg->max_connections
+                                               ? cfg->max_per_client : cfg->max_connections),
                                 MHD_OPTION_END);
     if (!srv->mhd) {
         snprintf(err, errlen, "libmicrohttpd failed to start on %s:%d", srv->host, srv->port);

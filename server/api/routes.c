@@ -5,6 +5,7 @@
 
 #include "server/api/attention.h"
 #include "server/api/generate.h"
+#include "server/api/heads.h"
 #include "server/api/health.h"
 #include "server/api/logit_lens.h"
 #include "server/api/metrics_route.h"
@@ -20,6 +21,7 @@ const struct api_route api_routes[] = {
     {"/v1/completions",      NULL,        "POST",      false, true,  true,  oai_completions},
     {"/attention",           NULL,        "GET, HEAD", false, true,  false, api_attention},
     {"/logit_lens",          NULL,        "GET, HEAD", false, true,  false, api_logit_lens},
+    {"/heads",               NULL,        "GET, HEAD", false, true,  false, api_heads},
     {"/health",              NULL,        "GET, HEAD", true,  false, false, api_health},
     {"/v1/models",           NULL,        "GET, HEAD", false, true,  false, api_models},
     {"/metrics",             NULL,        "GET, HEAD", false, false, false, api_metrics},

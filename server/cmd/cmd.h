@@ -10,6 +10,7 @@ int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_heads(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 
 #endif

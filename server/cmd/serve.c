@@ -102,6 +102,8 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--keep-requests", NULL, CLI_INT, &hc->keep_requests, "N", "finished requests /attention can address (default 16)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--attention-max-tokens", NULL, CLI_INT, &hc->attention_max_tokens, "N", "longest sequence /attention maps (default 2048; longer: 413)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--max-connections", NULL, CLI_INT, &hc->max_connections, "N", "concurrent connections (default 256)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--max-per-client", NULL, CLI_INT, &hc->max_per_client, "N", "concurrent connections from one client address (default 64)"), CLI_RANGE(1, 1 << 16)},
+        {CLI_OPT("--timeout-ms", NULL, CLI_INT, &hc->timeout_ms, "N", "close a connection idle this long, e.g. a half-sent request\n(default 30000, whole seconds; 0 = never)"), CLI_RANGE(0, 3600 * 1000)},
         {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but /health")},
         {CLI_OPT("--api-key-file", NULL, CLI_STR, &A->key_file, "FILE", "the same, the key read from FILE (first line)")},
         {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",

@@ -166,12 +166,12 @@ int fwd_n_batch(const struct fwd_ctx *c) { return c->n_batch; }
 
 void fwd_reset(struct fwd_ctx *c)
 {
-    if (!c->kv || kv_seq_len(c->seq) == 0) return;
+    if (!c->kv || !c->seq || kv_seq_len(c->seq) == 0) return;
     kv_seq_destroy(c->seq);
     c->seq = NULL;
     size_t cached;
-    /* cannot fail: the sequence just freed held at least as much */
-    ATTND_CHECK(kv_seq_create(c->kv, NULL, 0, (size_t)c->n_ctx, &c->seq, &cached) == ATTND_OK);
+    /* out of memory for the sequence's own arrays: fwd_eval() tries again (and fails cleanly) */
+    if (kv_seq_create(c->kv, NULL, 0, (size_t)c->n_ctx, &c->seq, &cached)) c->seq = NULL;
 }
 
 void fwd_set_probe(struct fwd_ctx *c, int layer, float *q_out, float *att_out)
@@ -288,6 +288,8 @@ void fwd_project(struct fwd_ctx *c, const float *x, int n, float *logits) { fwd_
 attnd_status fwd_eval(struct fwd_ctx *c, const int32_t *tokens, int n, bool all_logits, float *logits)
 {
     if (!c->kv || n <= 0) return ATTND_ERR_INVALID;
+    size_t cached;
+    if (!c->seq && kv_seq_create(c->kv, NULL, 0, (size_t)c->n_ctx, &c->seq, &cached)) return ATTND_ERR_NOMEM;
     if (n > c->n_ctx - fwd_n_past(c)) return ATTND_ERR_RANGE;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) return ATTND_ERR_INVALID;

@@ -135,6 +135,7 @@ struct binder {
     size_t errlen;
     attnd_status st;
     float *f32_next; /* next free slot in m->f32_arena */
+    float *f32_end;  /* one past the arena's last slot */
 };
 
 static const struct gguf_tensor *find(struct binder *b, const char *name, bool required)
@@ -179,14 +180,20 @@ static const float *bind_vec(struct binder *b, const char *name, size_t n, bool 
 {
     const struct gguf_tensor *t = find(b, name, required);
     if (!t) return NULL;
-    if (t->n_elems != n || t->ne[0] != n) {
-        b->st = errf(b->err, b->errlen, ATTND_ERR_FORMAT, "tensor '%s' has %" PRIu64 " elements, expected %zu", name,
-                     t->n_elems, n);
+    /* only true 1-D tensors: the f32 arena was sized from those (an [n, 1] tensor is refused) */
+    if (t->n_dims != 1 || t->n_elems != n || t->ne[0] != n) {
+        b->st = errf(b->err, b->errlen, ATTND_ERR_FORMAT,
+                     "tensor '%s' has %u dimensions and %" PRIu64 " elements, expected 1 dimension of %zu", name,
+                     (unsigned)t->n_dims, t->n_elems, n);
         return NULL;
     }
     if (t->type != TENSOR_F32 && t->type != TENSOR_F16 && t->type != TENSOR_BF16) {
         b->st = errf(b->err, b->errlen, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s; expected f32, f16 or bf16",
                      name, tensor_type_name(t->type));
+        return NULL;
+    }
+    if (n > (size_t)(b->f32_end - b->f32_next)) { /* a tensor bound twice, or a bug: never write past the arena */
+        b->st = errf(b->err, b->errlen, ATTND_ERR_FORMAT, "tensor '%s' does not fit the 1-D weight arena", name);
         return NULL;
     }
     float *dst = b->f32_next;
@@ -234,6 +241,20 @@ static void bind_all(struct binder *b)
         bind_weight(b, &L->w_down, NM("ffn_down.weight"), ff, d, true);
 #undef NM
     }
+}
+
+/* Elements of all 1-D tensors (what bind_vec may place in the f32 arena) into *n; false if the
+ * sum overflows (tensors may share data offsets, so it is not bounded by the file size). */
+static bool count_1d(const struct gguf *g, size_t *n)
+{
+    *n = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        if (t->n_dims != 1) continue;
+        if (t->n_elems > SIZE_MAX / sizeof(float) - *n) return false;
+        *n += (size_t)t->n_elems;
+    }
+    return true;
 }
 
 void model_destroy(struct model *m)
@@ -284,9 +305,9 @@ attnd_status model_load_gguf(const char *path, struct gguf *g, struct model **ou
 
     /* room for every 1-D tensor converted to f32 (an upper bound: all 1-D tensors) */
     size_t n_f32 = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const struct gguf_tensor *t = gguf_tensor(g, i);
-        if (t->n_dims == 1) n_f32 += (size_t)t->n_elems;
+    if (!count_1d(g, &n_f32)) {
+        st = errf(err, errlen, ATTND_ERR_FORMAT, "the 1-D tensors hold more elements than memory can");
+        goto fail;
     }
     m->f32_arena = malloc((n_f32 ? n_f32 : 1) * sizeof(float));
     uint64_t data_size = gguf_file_size(g) - gguf_data_offset(g);
@@ -307,7 +328,8 @@ attnd_status model_load_gguf(const char *path, struct gguf *g, struct model **ou
     m->load_seconds = ws.seconds;
     m->load_bytes = ws.bytes;
 
-    struct binder b = {.g = g, .m = m, .err = err, .errlen = errlen, .f32_next = m->f32_arena};
+    struct binder b = {.g = g, .m = m, .err = err, .errlen = errlen, .f32_next = m->f32_arena,
+                      .f32_end = m->f32_arena + n_f32};
     bind_all(&b);
     if ((st = b.st)) goto fail;
     m->f32_count = (size_t)(b.f32_next - m->f32_arena);

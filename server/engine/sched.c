@@ -269,6 +269,14 @@ static void admit(struct sched *s)
     }
 }
 
+/* Index of the first NaN or infinite value of x[0..n), or -1 if all are finite. */
+static int first_nonfinite(const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 /* One generation step for a request whose logits are ready (genstep.h), delivered as a TOKEN
  * event (with log-probabilities when asked); ends the request on stop or length. Returns 1 if it
  * finished. */
@@ -279,9 +287,22 @@ static int sample_and_emit(struct sched *s, int idx)
     int top_ids[SCHED_MAX_LOGPROBS];
     float top_lp[SCHED_MAX_LOGPROBS];
     if (!r->t_prompt) r->t_prompt = now_ms();
+    if (r->n_gen >= r->max_tokens) { /* max_tokens 0: the prompt is read (for /attention), nothing sampled */
+        finish_running(s, idx, "length");
+        return 1;
+    }
+    int bad = first_nonfinite(r->logits, V);
+    if (bad >= 0) { /* a broken model: never sample around it */
+        char msg[160];
+        snprintf(msg, sizeof msg, "the model produced a non-finite logit (%g for token %d at position %zu)",
+                 (double)r->logits[bad], bad, r->n_toks);
+        send_error(r, ATTND_ERR_NUMERIC, msg);
+        req_free(drop_running(s, idx));
+        return 1;
+    }
     struct gen_token gt;
     if (gen_step(r->gen, r->logits, &gt)) {
-        send_error(r, ATTND_ERR_INTERNAL, "the model produced no finite logits");
+        send_error(r, ATTND_ERR_INTERNAL, "the sampler found no token to pick");
         req_free(drop_running(s, idx));
         return 1;
     }
@@ -290,8 +311,13 @@ static int sample_and_emit(struct sched *s, int idx)
     struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = gt.id, .text = gt.text,
                              .text_len = gt.len};
     if (r->logprobs > 0) { /* a full-vocabulary log-softmax: only when the client asked */
-        sampler_token_logprob(r->logits, V, gt.id, &ev.logprob);
-        sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
+        attnd_status st = sampler_token_logprob(r->logits, V, gt.id, &ev.logprob);
+        if (!st) st = sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
+        if (st) { /* never send the arrays unfilled */
+            send_error(r, ATTND_ERR_INTERNAL, "could not compute log-probabilities");
+            req_free(drop_running(s, idx));
+            return 1;
+        }
         ev.n_top = r->logprobs;
         ev.top_ids = top_ids;
         ev.top_logprobs = top_lp;
@@ -456,7 +482,14 @@ static attnd_status ensure_attn_fwd(struct sched *s)
     if (st) return st;
     s->probe_q = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
     s->probe_att = malloc((size_t)s->o.n_ctx * nq * sizeof(float));
-    if (!s->probe_q || !s->probe_att) return ATTND_ERR_NOMEM;
+    if (!s->probe_q || !s->probe_att) { /* undo all: a later call must not find a context without buffers */
+        free(s->probe_q);
+        free(s->probe_att);
+        s->probe_q = s->probe_att = NULL;
+        fwd_destroy(s->attn_fwd);
+        s->attn_fwd = NULL;
+        return ATTND_ERR_NOMEM;
+    }
     return ATTND_OK;
 }
 
@@ -478,6 +511,7 @@ static void run_logit_lens(struct sched *s, struct attn_job *j)
     fwd_reset(s->attn_fwd);
     if (j->st) goto out;
     fwd_project(s->attn_fwd, resid, (int)L, logits);
+    if (first_nonfinite(logits, (int)(L * V)) >= 0) j->st = ATTND_ERR_NUMERIC;
     for (size_t l = 0; l < L && !j->st; l++) {
         j->st = sampler_top_logprobs(logits + l * V, (int)V, k, j->ids + l * (size_t)k, j->weights + l * (size_t)k);
         for (int i = 0; i < k; i++) j->weights[l * (size_t)k + (size_t)i] = expf(j->weights[l * (size_t)k + (size_t)i]);
@@ -502,6 +536,7 @@ static void run_attention(struct sched *s, struct attn_job *j)
     fwd_set_probe(s->attn_fwd, -1, NULL, NULL);
     if (j->st) return;
     fwd_attention_weights(s->attn_fwd, j->layer, j->head, s->probe_q, (int)j->n, j->weights);
+    if (first_nonfinite(j->weights, (int)(j->n * (j->n + 1) / 2)) >= 0) j->st = ATTND_ERR_NUMERIC;
     int kvh = j->head / (hp->n_head / hp->n_head_kv);
     for (size_t i = 0; i < j->n; i++) {
         if (j->values) fwd_cache_v(s->attn_fwd, j->layer, (int)i, kvh, j->values + i * hd);
@@ -671,9 +706,9 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
                      V - 1);
             return ATTND_ERR_INVALID;
         }
-    if (r->max_tokens < 1 || r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS || r->n_stops < 0 ||
+    if (r->max_tokens < 0 || r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS || r->n_stops < 0 ||
         r->n_stops > SCHED_MAX_STOPS) {
-        snprintf(err, errlen, "max_tokens (>= 1), logprobs (0..%d) or stop (at most %d) out of range",
+        snprintf(err, errlen, "max_tokens (>= 0), logprobs (0..%d) or stop (at most %d) out of range",
                  SCHED_MAX_LOGPROBS, SCHED_MAX_STOPS);
         return ATTND_ERR_INVALID;
     }
@@ -692,7 +727,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
     q->max_tokens = r->max_tokens;
     q->sampling = r->sampling;
     q->ignore_eos = r->ignore_eos;
-    q->logprobs = r->logprobs;
+    q->logprobs = r->logprobs < V ? r->logprobs : V; /* a vocabulary smaller than the ask has V alternatives */
     q->cb = cb;
     q->ud = ud;
     for (int i = 0; i < r->n_stops; i++) {

@@ -22,12 +22,30 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static enum weights_fault g_fault;
+static uint64_t g_fault_at;
+
+void weights_set_fault(enum weights_fault mode, uint64_t at)
+{
+    g_fault = mode;
+    g_fault_at = at;
+}
+
+/* What a read of `want` bytes at range offset `off` that returned res returns under the fault hook. */
+static long long faulted(long long res, uint64_t off, size_t want)
+{
+    if (g_fault == WEIGHTS_FAULT_EIO && g_fault_at >= off && g_fault_at - off < want) return -EIO;
+    if (g_fault == WEIGHTS_FAULT_SHORT && g_fault_at >= 1 && res > (long long)g_fault_at) return (long long)g_fault_at;
+    return res;
+}
+
 static attnd_status read_pread(int fd, uint64_t off, uint64_t size, uint8_t *dst, char *err, size_t errlen)
 {
     uint64_t done = 0;
     while (done < size) {
         size_t want = size - done > CHUNK ? CHUNK : (size_t)(size - done);
         ssize_t r = pread(fd, dst + done, want, (off_t)(off + done));
+        if (r >= 0 && (r = (ssize_t)faulted(r, done, want)) < 0) errno = (int)-r, r = -1;
         if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (r < 0) {
             snprintf(err, errlen, "read at offset %" PRIu64 " failed: %s", off + done, strerror(errno));
@@ -90,7 +108,7 @@ static attnd_status read_uring(int fd, uint64_t off, uint64_t size, uint8_t *dst
         {
             seen++;
             struct req *r = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
+            int res = (int)faulted(cqe->res, r->off, r->left);
             if (res == -EAGAIN || res == -EINTR) {
                 queue_read(&ring, fd, off, dst, r);
                 continue;

@@ -3,10 +3,9 @@
 // endpoints. Started by tests/integration/test_playground.sh, which starts the daemon.
 //   node test_playground.mjs BASE_URL OUT_DIR [DOC_SHOT.png]
 // Exit 0 pass, 1 fail. Screenshots go to OUT_DIR (and a copy of the page to DOC_SHOT if given).
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { api as apiAt, checker, openBrowser } from './common.mjs';
 
 const [base, outDir, docShot] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -15,28 +14,11 @@ if (!base || !outDir) {
 }
 mkdirSync(outDir, { recursive: true });
 
-let checks = 0, failures = 0;
-function check(cond, msg) {
-  checks++;
-  if (!cond) {
-    failures++;
-    console.log(`FAIL ${msg}`);
-  }
-  return cond;
-}
-
-async function api(path, body) {
-  const r = await fetch(base + path, body === undefined ? {} : {
-    method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } });
-  const text = await r.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
-  return { status: r.status, ctype: r.headers.get('content-type') || '', text, json };
-}
+const c = checker(), check = c.check;
+const api = (path, body) => apiAt(base, path, body);
 
 const T = 60000; // generous: the daemon computes maps on 2 shared cores
-const profile = mkdtempSync(join(tmpdir(), 'attnd-chromium-'));
-let browser;
+let session;
 try {
   // ---- the files themselves ------------------------------------------------------------------
   for (const [path, type] of [['/', 'text/html'], ['/index.html', 'text/html'], ['/app.js', 'text/javascript'],
@@ -48,22 +30,8 @@ try {
   check(nf.status === 404 && nf.json && nf.json.error && nf.json.error.code === 404, `GET /nope.js: ${nf.status} ${nf.text}`);
   const model = (await api('/v1/models')).json.data[0];
 
-  // a fresh profile (--user-data-dir): playwright passes it for a persistent context
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-quic'],
-    viewport: { width: 1280, height: 1000 },
-  });
-  const page = browser.pages()[0] || await browser.newPage();
-  const pageErrors = [], foreign = [];
-  page.on('pageerror', (e) => pageErrors.push(String(e)));
-  page.on('console', (m) => {
-    // a refused request is logged by the browser itself ("Failed to load resource"): expected for the error case
-    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) pageErrors.push(m.text());
-  });
-  page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:')) foreign.push(r.url()); });
+  session = await openBrowser(base);
+  const { page, pageErrors, foreign } = session;
 
   await page.goto(base + '/');
   await page.waitForSelector('#model-info[data-ready="1"]', { timeout: T });
@@ -241,8 +209,7 @@ try {
 } catch (e) {
   check(false, `exception: ${e && e.stack ? e.stack : e}`);
 } finally {
-  if (browser) await browser.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
+  if (session) await session.close();
 }
-console.log(`test_playground: ${checks} checks, ${failures} failures`);
-process.exit(failures ? 1 : 0);
+console.log(`test_playground: ${c.checks} checks, ${c.failures} failures`);
+process.exit(c.failures ? 1 : 0);
