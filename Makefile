@@ -12,6 +12,8 @@ VARIANT ?= release
 SHARED  ?= ../shared
 CC      ?= cc
 BUILD   := build/$(VARIANT)
+# parallel compile jobs for `make test`, which builds three variants (release, asan, fuzz)
+JOBS    ?= $(shell nproc)
 VERSION := $(shell cat VERSION)
 
 WARN    := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -127,9 +129,9 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 
 test: ## build and run every test (unit, golden, hostile files under ASan, independent GGUF parser)
 	./deploy/install-deps.sh
-	$(MAKE) all
-	$(MAKE) VARIANT=asan all
-	$(MAKE) VARIANT=fuzz CC=clang fuzzers
+	$(MAKE) -j$(JOBS) all
+	$(MAKE) -j$(JOBS) VARIANT=asan all
+	$(MAKE) -j$(JOBS) VARIANT=fuzz CC=clang fuzzers
 	SHARED=$(SHARED) ATTND=$(BUILD)/attnd ASAN_ATTND=build/asan/attnd ./tests/run.sh $(BUILD) build/asan
 
 unit-test: all ## only the C unit tests of this variant
