@@ -206,10 +206,12 @@ try {
   await expectBad({ model, messages: [{ role: "tool", content: "x" }] }, "chat", "messages");
   await expectBad({ model, prompt, suffix: "end" }, "text", "suffix");
   await expectBad({ model, prompt, logprobs: 6 }, "text", "logprobs");
-  // errors answered before the route runs (method, body size) keep the API's shape too
+  // errors answered before the route runs (here the method; size, key and loading go through the same
+  // writer) keep the API's shape too. (A body over --max-body is refused while the client still sends
+  // it, so fetch may see the connection reset before it reads the 413: not a stable check.)
   for (const [what, init, status] of [
     ["GET", { method: "GET" }, 405],
-    ["a 2 MiB body", { method: "POST", body: "x".repeat(2 << 20) }, 413],
+    ["PUT", { method: "PUT", body: "{}" }, 405],
   ]) {
     const r = await fetch(`${base}/v1/chat/completions`, init);
     const j = await r.json().catch(() => null);
