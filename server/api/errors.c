@@ -1,6 +1,8 @@
 /* errors.c - see errors.h. */
 #include "server/api/errors.h"
 
+#include "attnd/log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,7 @@ static enum MHD_Result send_error(struct api_conn *c, int code, const char *hnam
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    if (code >= 500) log_warn("answering %d: %s", code, msg); /* the request line alone does not say why */
     struct api_buf b = {0};
     if (c->openai_errors) api_error_json_openai(c->srv, &b, code, NULL, NULL, msg);
     else api_error_json(c->srv, &b, code, msg);
