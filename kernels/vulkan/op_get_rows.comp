@@ -21,6 +21,8 @@ layout(push_constant) uniform Push {
     uint d;         /* elements per row */
     uint dst_off;   /* floats */
     uint n_chunks;  /* (d + 7) / 8 */
+    uint row_lo;    /* the table holds rows row_lo..row_hi-1, row_lo at src_off: */
+    uint row_hi;    /* rows idx selects outside that range belong to another part */
 } pc;
 
 layout(std430, binding = 0) readonly buffer Wb { uint wbuf[]; };
@@ -34,7 +36,9 @@ void main()
     uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
     uint row = gid / pc.n_chunks, c = gid - row * pc.n_chunks;
     if (row >= pc.n) return;
-    uint rb = pc.src_off + uint(idx[pc.idx_off + row]) * pc.row_bytes;
+    uint r = uint(idx[pc.idx_off + row]);
+    if (r < pc.row_lo || r >= pc.row_hi) return;
+    uint rb = pc.src_off + (r - pc.row_lo) * pc.row_bytes;
     vec4 lo, hi;
     load8n(pc.wt, rb, c, pc.d, lo, hi);
     float v[8] = float[8](lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);

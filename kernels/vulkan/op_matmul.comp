@@ -26,7 +26,8 @@ layout(push_constant) uniform Push {
     uint x_off, y_off, bias_off; /* floats */
     uint has_bias;
     uint n_groups;  /* row tiles: (n_out + BN - 1) / BN */
-    uint pad0, pad1;
+    uint ldy;       /* floats from one row of y to the next (>= n_out) */
+    uint pad1;
 } pc;
 
 layout(std430, binding = 0) readonly buffer Wb { uint wbuf[]; };
@@ -84,7 +85,7 @@ void main()
         float b = pc.has_bias != 0u ? bbuf[pc.bias_off + n] : 0.0;
         [[unroll]] for (uint m = 0u; m < 4u; m++) {
             uint t = t0 + ty + 8u * m;
-            if (t < pc.n_tok) ybuf[pc.y_off + t * pc.n_out + n] = acc[j][m] + b;
+            if (t < pc.n_tok) ybuf[pc.y_off + t * pc.ldy + n] = acc[j][m] + b;
         }
     }
 }

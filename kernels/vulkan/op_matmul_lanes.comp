@@ -53,7 +53,8 @@ layout(push_constant) uniform Push {
     uint x_off, y_off, bias_off; /* floats */
     uint has_bias;
     uint n_groups;  /* row groups: (n_out + RR - 1) / RR */
-    uint pad0, pad1;
+    uint ldy;       /* floats from one row of y to the next (>= n_out) */
+    uint pad1;
 } pc;
 
 /* three views of each input: 16-byte storage loads (TEX = 0), 16-byte texel fetches (TEX = 1:
@@ -212,6 +213,6 @@ void main()
         if (n >= pc.n_out) continue;
         float bias = pc.has_bias != 0u ? bbuf[pc.bias_off + n] : 0.0;
         [[unroll]] for (uint t = 0u; t < TT; t++)
-            if (t0 + t < pc.n_tok) ybuf[pc.y_off + (t0 + t) * pc.n_out + n] = acc[r * TT + t] + bias;
+            if (t0 + t < pc.n_tok) ybuf[pc.y_off + (t0 + t) * pc.ldy + n] = acc[r * TT + t] + bias;
     }
 }

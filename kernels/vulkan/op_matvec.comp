@@ -29,7 +29,8 @@ layout(push_constant) uniform Push {
     uint x_off, y_off, bias_off; /* floats */
     uint has_bias;
     uint n_groups;  /* row groups: (n_out + R - 1) / R */
-    uint pad0, pad1;
+    uint ldy;       /* floats from one row of y to the next (>= n_out) */
+    uint pad1;
 } pc;
 
 layout(std430, binding = 0) readonly buffer Wb { uint wbuf[]; };
@@ -90,7 +91,7 @@ void main()
             float s = 0.0;
             for (uint sg = 0u; sg < gl_NumSubgroups; sg++) s += red[sg * R + r][t];
             if (pc.has_bias != 0u) s += bbuf[pc.bias_off + r0 + r];
-            ybuf[pc.y_off + (t0 + t) * pc.n_out + r0 + r] = s;
+            ybuf[pc.y_off + (t0 + t) * pc.ldy + r0 + r] = s;
         }
     }
 }

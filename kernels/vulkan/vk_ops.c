@@ -57,8 +57,9 @@ struct vkb_get_rows_push {
     uint32_t n, d;
     uint32_t dst_off;   /* floats */
     uint32_t n_chunks;  /* (d + 7) / 8 */
+    uint32_t row_lo, row_hi; /* the table holds rows row_lo..row_hi-1 (row_lo at src_off): others skipped */
 };
-static_assert(sizeof(struct vkb_get_rows_push) == 32 && sizeof(struct vkb_get_rows_push) <= 128, "push block");
+static_assert(sizeof(struct vkb_get_rows_push) == 40 && sizeof(struct vkb_get_rows_push) <= 128, "push block");
 
 /* op_add.comp, op_swiglu.comp */
 struct vkb_elt_push {
@@ -106,7 +107,8 @@ struct vkb_matmul_push {
     uint32_t x_off, y_off, bias_off; /* floats */
     uint32_t has_bias;
     uint32_t n_groups; /* row groups (matvec) or row tiles (tiled) */
-    uint32_t pad0, pad1;
+    uint32_t ldy;      /* floats from one row of y to the next (>= n_out) */
+    uint32_t pad1;
 };
 static_assert(sizeof(struct vkb_matmul_push) == 48 && sizeof(struct vkb_matmul_push) <= 128, "push block");
 
@@ -316,13 +318,13 @@ static attnd_status check_weights(enum tensor_type t, const struct vkb_buffer *b
  * Ops
  * ------------------------------------------------------------------------------------------ */
 
-attnd_status vkb_op_get_rows(struct vkb_ops *o, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
-                             size_t row_bytes, struct vkb_buffer *idx, size_t idx_off, uint32_t n, uint32_t d,
-                             struct vkb_buffer *dst, size_t dst_off)
+attnd_status vkb_op_get_rows_part(struct vkb_ops *o, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
+                                  size_t row_bytes, uint32_t row_lo, uint32_t row_hi, struct vkb_buffer *idx,
+                                  size_t idx_off, uint32_t n, uint32_t d, struct vkb_buffer *dst, size_t dst_off)
 {
     int wt;
     attnd_status st;
-    if (!o || n == 0) return ATTND_ERR_INVALID;
+    if (!o || n == 0 || row_lo >= row_hi) return ATTND_ERR_INVALID;
     /* the table must hold at least one row (the rows idx selects are trusted) */
     if ((st = check_weights(type, src, src_off, row_bytes, d, 1, &wt))) return st;
     if (!fits(idx, idx_off, n, 4) || !fits(dst, dst_off, (uint64_t)n * d, 4)) return ATTND_ERR_INVALID;
@@ -333,9 +335,17 @@ attnd_status vkb_op_get_rows(struct vkb_ops *o, enum tensor_type type, struct vk
     if ((st = grid(o, (items + ELT_WG - 1) / ELT_WG, &gx, &gy))) return st;
     if ((st = PIPE(o, get_rows, op_get_rows, 3, struct vkb_get_rows_push))) return st;
     const struct vkb_get_rows_push p = {(uint32_t)wt, (uint32_t)src_off, (uint32_t)row_bytes, (uint32_t)idx_off,
-                                        n,           d,                  (uint32_t)dst_off,    n_chunks};
+                                        n,           d,                  (uint32_t)dst_off,    n_chunks,
+                                        row_lo,      row_hi};
     struct vkb_buffer *b[3] = {src, idx, dst};
     return vkb_dispatch(o->dev, o->get_rows, b, 3, &p, gx, gy, 1);
+}
+
+attnd_status vkb_op_get_rows(struct vkb_ops *o, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
+                             size_t row_bytes, struct vkb_buffer *idx, size_t idx_off, uint32_t n, uint32_t d,
+                             struct vkb_buffer *dst, size_t dst_off)
+{
+    return vkb_op_get_rows_part(o, type, src, src_off, row_bytes, 0, UINT32_MAX, idx, idx_off, n, d, dst, dst_off);
 }
 
 attnd_status vkb_op_rmsnorm(struct vkb_ops *o, struct vkb_buffer *x, size_t x_off, struct vkb_buffer *w, size_t w_off,
@@ -354,16 +364,16 @@ attnd_status vkb_op_rmsnorm(struct vkb_ops *o, struct vkb_buffer *x, size_t x_of
     return vkb_dispatch(o->dev, o->rmsnorm, b, 3, &p, gx, gy, 1);
 }
 
-attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,
-                           size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
-                           uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
-                           size_t y_off)
+attnd_status vkb_op_matmul_ld(struct vkb_ops *o, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,
+                              size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
+                              uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
+                              size_t y_off, uint32_t ldy)
 {
     int wt;
     attnd_status st;
-    if (!o || n_tok == 0) return ATTND_ERR_INVALID;
+    if (!o || n_tok == 0 || ldy < n_out) return ATTND_ERR_INVALID;
     if ((st = check_weights(wtype, w, w_off, row_bytes, n_in, n_out, &wt))) return st;
-    if (!fits(x, x_off, (uint64_t)n_tok * n_in, 4) || !fits(y, y_off, (uint64_t)n_tok * n_out, 4) ||
+    if (!fits(x, x_off, (uint64_t)n_tok * n_in, 4) || !fits(y, y_off, (uint64_t)(n_tok - 1) * ldy + n_out, 4) ||
         (bias && !fits(bias, bias_off, n_out, 4)))
         return ATTND_ERR_INVALID;
     if (n_in > MAX_N_IN) return ATTND_ERR_RANGE;
@@ -390,10 +400,20 @@ attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb
                                        .y_off = (uint32_t)y_off,
                                        .bias_off = bias ? (uint32_t)bias_off : 0,
                                        .has_bias = bias != NULL,
-                                       .n_groups = groups};
+                                       .n_groups = groups,
+                                       .ldy = ldy};
     /* without a bias, y stands in for the unused binding; the lanes shader sees w and x twice */
     struct vkb_buffer *b[LANES_BINDINGS] = {w, x, bias ? bias : y, y, w, x};
     return vkb_dispatch(o->dev, p, b, lanes ? LANES_BINDINGS : 4, &pc, gx, gy, gz);
+}
+
+attnd_status vkb_op_matmul(struct vkb_ops *o, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,
+                           size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
+                           uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
+                           size_t y_off)
+{
+    return vkb_op_matmul_ld(o, wtype, w, w_off, row_bytes, n_in, n_out, x, x_off, n_tok, bias, bias_off, y, y_off,
+                            n_out);
 }
 
 attnd_status vkb_op_rope(struct vkb_ops *o, struct vkb_buffer *x, size_t x_off, struct vkb_buffer *cs, size_t cs_off,

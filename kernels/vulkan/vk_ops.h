@@ -60,6 +60,12 @@ int vkb_type_supported(enum tensor_type t);
 attnd_status vkb_op_get_rows(struct vkb_ops *ops, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
                              size_t row_bytes, struct vkb_buffer *idx, size_t idx_off, uint32_t n, uint32_t d,
                              struct vkb_buffer *dst, size_t dst_off);
+/* The same over one part of a table split across buffers (weights larger than
+ * maxStorageBufferRange): src holds table rows row_lo..row_hi-1, row_lo at byte src_off; rows
+ * idx selects outside that range are left untouched in dst (another part's dispatch writes them). */
+attnd_status vkb_op_get_rows_part(struct vkb_ops *ops, enum tensor_type type, struct vkb_buffer *src, size_t src_off,
+                                  size_t row_bytes, uint32_t row_lo, uint32_t row_hi, struct vkb_buffer *idx,
+                                  size_t idx_off, uint32_t n, uint32_t d, struct vkb_buffer *dst, size_t dst_off);
 
 /* out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w for n_rows rows of d floats (the mean of
  * squares accumulated in f32 with a tree reduction). out may equal x. */
@@ -80,6 +86,13 @@ attnd_status vkb_op_matmul(struct vkb_ops *ops, enum tensor_type wtype, struct v
                            size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
                            uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
                            size_t y_off);
+/* The same with rows of y ldy >= n_out floats apart: y[t * ldy + r] for r < n_out, the rest of
+ * each row untouched. A weight split by rows across buffers writes its parts' columns of one y
+ * (part p: w = its buffer, n_out = its rows, y_off = its first row, bias_off advanced as much). */
+attnd_status vkb_op_matmul_ld(struct vkb_ops *ops, enum tensor_type wtype, struct vkb_buffer *w, size_t w_off,
+                              size_t row_bytes, uint32_t n_in, uint32_t n_out, struct vkb_buffer *x, size_t x_off,
+                              uint32_t n_tok, struct vkb_buffer *bias, size_t bias_off, struct vkb_buffer *y,
+                              size_t y_off, uint32_t ldy);
 
 /* Rotates, in place, the first n_rot dims of each of n_heads vectors (head_dim apart) of each
  * of n_tok rows of x (rows n_heads * head_dim apart). cs holds per token t and pair i < n_rot/2

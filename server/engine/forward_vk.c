@@ -16,13 +16,21 @@
 #include "kernels/vulkan/vk_ops.h"
 
 #define MAX_WEIGHTS 4096
+#define MAX_PARTS 16 /* buffers one weight may be split across (maxStorageBufferRange) */
 #define LAYERS_PER_BATCH 48 /* a step's dispatches are submitted in batches of this many layers */
 
 /* ---- the engine: device, pipelines and weights of one (model, device) -------------------------- */
 
+/* A weight on the device: one buffer, or, when it is larger than the device's
+ * maxStorageBufferRange (lavapipe: 128 MiB; a 151,936 x 896 Q8_0 output matrix is 145 MB),
+ * whole rows split across up to MAX_PARTS buffers. */
 struct dev_weight {
     const void *host; /* the host data it was uploaded from (tied output == embedding: one upload) */
-    struct vkb_buffer *buf;
+    int n_parts;
+    struct wpart {
+        struct vkb_buffer *buf;
+        uint32_t row0, rows; /* weight rows row0..row0+rows-1 */
+    } part[MAX_PARTS];
 };
 
 /* A device and its pipelines, made on first use and kept for the life of the process (pipeline
@@ -49,6 +57,7 @@ struct engine {
     struct dev_weight w[MAX_WEIGHTS];
     int n_w;
     struct vkb_buffer *f32; /* the model's 1-D tensors (norm weights, biases): f32_arena */
+    char why[192];          /* what failed while making it, where vkb_last_error() does not say */
 };
 
 static pthread_mutex_t g_engines_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -100,33 +109,101 @@ static void engine_free(struct engine *e)
     if (!e) return;
     if (e->dev) {
         pthread_mutex_lock(e->lockp);
-        for (int i = 0; i < e->n_w; i++) vkb_buffer_destroy(e->dev, e->w[i].buf);
+        for (int i = 0; i < e->n_w; i++)
+            for (int k = 0; k < e->w[i].n_parts; k++) vkb_buffer_destroy(e->dev, e->w[i].part[k].buf);
         vkb_buffer_destroy(e->dev, e->f32);
         pthread_mutex_unlock(e->lockp);
     }
     free(e);
 }
 
-static struct vkb_buffer *weight_buf(const struct engine *e, const struct model_weight *w)
+static const struct dev_weight *dev_weight_of(const struct engine *e, const struct model_weight *w)
 {
     for (int i = 0; i < e->n_w; i++)
-        if (e->w[i].host == w->data) return e->w[i].buf;
+        if (e->w[i].host == w->data) return &e->w[i];
     return NULL;
 }
 
+/* The largest buffer a weight part may take: maxStorageBufferRange, or less when
+ * $ATTND_VK_SPLIT_BYTES says so (tests split small models' weights with it). */
+static size_t part_limit(const struct engine *e)
+{
+    size_t lim = vkb_device_limits(e->dev)->max_storage_range;
+    const char *env = getenv("ATTND_VK_SPLIT_BYTES");
+    if (env && *env) {
+        unsigned long long v = strtoull(env, NULL, 10);
+        if (v >= 4 && v < lim) lim = (size_t)v;
+    }
+    return lim & ~(size_t)3;
+}
+
+static attnd_status upload_part(struct engine *e, const struct model_weight *w, struct wpart *p)
+{
+    const size_t bytes = (size_t)p->rows * w->row_bytes;
+    attnd_status st = vkb_buffer_create(e->dev, (bytes + 3) & ~(size_t)3, &p->buf);
+    if (st) return st;
+    return vkb_buffer_write(e->dev, p->buf, 0, (const char *)w->data + (size_t)p->row0 * w->row_bytes, bytes);
+}
+
+/* Uploads w (once: tied weights share it) as few whole-row parts as fit the part limit. */
 static attnd_status upload_weight(struct engine *e, const struct model_weight *w)
 {
-    if (weight_buf(e, w)) return ATTND_OK;
+    if (dev_weight_of(e, w)) return ATTND_OK;
     if (e->n_w == MAX_WEIGHTS) return ATTND_ERR_RANGE;
-    const size_t bytes = w->n_out * w->row_bytes;
-    struct vkb_buffer *b;
-    attnd_status st = vkb_buffer_create(e->dev, (bytes + 3) & ~(size_t)3, &b);
-    if (st) return st;
-    if ((st = vkb_buffer_write(e->dev, b, 0, w->data, bytes))) {
-        vkb_buffer_destroy(e->dev, b);
-        return st;
+    const size_t lim = part_limit(e);
+    /* a part's bytes are padded to whole words: rows * row_bytes + 3 must stay within lim */
+    const size_t per_part = w->row_bytes + 3 <= lim ? (lim - 3) / w->row_bytes : 0;
+    if (!per_part || (w->n_out + per_part - 1) / per_part > MAX_PARTS) {
+        snprintf(e->why, sizeof e->why, "a weight of %zu rows of %zu bytes does not fit %d buffers of %zu bytes",
+                 (size_t)w->n_out, w->row_bytes, MAX_PARTS, lim);
+        return ATTND_ERR_RANGE;
     }
-    e->w[e->n_w++] = (struct dev_weight){w->data, b};
+    struct dev_weight *dw = &e->w[e->n_w++];
+    *dw = (struct dev_weight){.host = w->data};
+    for (size_t r = 0; r < (size_t)w->n_out; r += per_part) {
+        struct wpart *p = &dw->part[dw->n_parts++];
+        p->row0 = (uint32_t)r;
+        p->rows = (uint32_t)((size_t)w->n_out - r < per_part ? (size_t)w->n_out - r : per_part);
+        attnd_status st = upload_part(e, w, p);
+        if (st) return st; /* engine_free destroys the parts made so far */
+    }
+    if (dw->n_parts > 1) log_info("vulkan: a %zu x %zu-byte weight split across %d buffers", (size_t)w->n_out,
+                                  w->row_bytes, dw->n_parts);
+    return ATTND_OK;
+}
+
+/* Offset in floats of a 1-D model tensor inside the uploaded f32 arena. */
+static size_t f32_off(const struct model *m, const float *p) { return (size_t)(p - m->f32_arena); }
+
+/* y (n_tok, n_out) = x · Wᵀ (+ bias, a 1-D model tensor): one dispatch per part. */
+static attnd_status record_matmul(struct engine *e, const struct model_weight *W, struct vkb_buffer *x,
+                                  uint32_t n_tok, const float *bias, struct vkb_buffer *y)
+{
+    const struct dev_weight *dw = dev_weight_of(e, W);
+    if (!dw) return ATTND_ERR_INTERNAL;
+    const size_t bias_off = bias ? f32_off(e->m, bias) : 0;
+    for (int k = 0; k < dw->n_parts; k++) {
+        const struct wpart *p = &dw->part[k];
+        attnd_status st = vkb_op_matmul_ld(e->ops, W->type, p->buf, 0, W->row_bytes, (uint32_t)W->n_in, p->rows, x,
+                                           0, n_tok, bias ? e->f32 : NULL, bias_off + p->row0, y, p->row0,
+                                           (uint32_t)W->n_out);
+        if (st) return st;
+    }
+    return ATTND_OK;
+}
+
+/* dst[i] = row idx[idx_off + i] of the table W, for i < n: one dispatch per part. */
+static attnd_status record_get_rows(struct engine *e, const struct model_weight *W, struct vkb_buffer *idx,
+                                    size_t idx_off, uint32_t n, struct vkb_buffer *dst)
+{
+    const struct dev_weight *dw = dev_weight_of(e, W);
+    if (!dw) return ATTND_ERR_INTERNAL;
+    for (int k = 0; k < dw->n_parts; k++) {
+        const struct wpart *p = &dw->part[k];
+        attnd_status st = vkb_op_get_rows_part(e->ops, W->type, p->buf, 0, W->row_bytes, p->row0, p->row0 + p->rows,
+                                               idx, idx_off, n, (uint32_t)W->n_in, dst, 0);
+        if (st) return st;
+    }
     return ATTND_OK;
 }
 
@@ -206,7 +283,7 @@ static attnd_status engine_open(const struct model *m, int device_index, bool ne
     *out = e;
     return ATTND_OK;
 fail:
-    snprintf(why, why_n, "Vulkan %s: %s (%s)", what, vkb_last_error()[0] ? vkb_last_error() : "failed",
+    snprintf(why, why_n, "Vulkan %s: %s (%s)", what, e->why[0] ? e->why : vkb_last_error()[0] ? vkb_last_error() : "failed",
              attnd_status_str(st));
     pthread_mutex_unlock(e->lockp);
     engine_free(e);
@@ -426,8 +503,6 @@ static attnd_status grow(struct vkf *v, struct vkb_buffer **b, size_t floats)
     return mkbuf(v, floats, b);
 }
 
-/* Offset in floats of a 1-D model tensor inside the uploaded f32 arena. */
-static size_t f32_off(const struct model *m, const float *p) { return (size_t)(p - m->f32_arena); }
 
 static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_pools *P, const struct fwd_probe *probe,
                                  int resid_row)
@@ -446,9 +521,7 @@ static attnd_status record_layer(struct vkf *v, int l, int T, const struct dev_p
     do {                                                                                                               \
         if ((st = (x))) return st;                                                                                     \
     } while (0)
-#define MM(W, X, Y, BIAS)                                                                                              \
-    vkb_op_matmul(o, (W)->type, weight_buf(e, (W)), 0, (W)->row_bytes, (uint32_t)(W)->n_in, (uint32_t)(W)->n_out, X, 0, \
-                  t, (BIAS) ? e->f32 : NULL, (BIAS) ? f32_off(m, (BIAS)) : 0, Y, 0)
+#define MM(W, X, Y, BIAS) record_matmul(e, (W), (X), t, (BIAS), (Y))
     TRY(vkb_op_rmsnorm(o, v->x, 0, e->f32, f32_off(m, L->attn_norm), v->h, 0, t, D, hp->rms_eps));
     vkb_barrier(d);
     TRY(MM(&L->wq, v->h, v->q, L->bq));
@@ -534,6 +607,14 @@ static void fill_tables(struct vkf *v, const struct fwd_step *s, size_t *n_rows,
     ih[IDX_RESID(B)] = *resid_row;
 }
 
+/* How many logit rows one pass computes: all n_rows, or as many as one buffer may hold (a
+ * 151,936-token vocabulary is 594 KiB a row: 220 rows in lavapipe's 128 MiB). */
+static size_t logit_chunk(const struct vkf *v, size_t n_rows)
+{
+    const size_t per = part_limit(v->e) / ((size_t)v->m->hp.n_vocab * sizeof(float));
+    return per == 0 ? 1 : per < n_rows ? per : n_rows;
+}
+
 /* Uploads the tables, grows the gathered-row, logit and probe buffers, builds the FA2 plan. */
 static attnd_status step_buffers(struct vkf *v, const struct fwd_step *s, size_t n_rows, int resid_row)
 {
@@ -546,7 +627,8 @@ static attnd_status step_buffers(struct vkf *v, const struct fwd_step *s, size_t
     if ((st = vkb_buffer_write(d, v->idx, 0, v->idx_host, (4 * B + 1) * sizeof(int32_t))) ||
         (st = vkb_buffer_write(d, v->cs, 0, v->cs_host, (size_t)s->n_tokens * half * 2 * sizeof(float))))
         return st;
-    if (n_rows && ((st = grow(v, &v->rows, n_rows * D)) || (st = grow(v, &v->logits, n_rows * V)))) return st;
+    if (n_rows && ((st = grow(v, &v->rows, n_rows * D)) || (st = grow(v, &v->logits, logit_chunk(v, n_rows) * V))))
+        return st;
     if ((pr->layer >= 0 && pr->q && (st = grow(v, &v->probe_q, B * nq))) ||
         (pr->layer >= 0 && pr->att && (st = grow(v, &v->probe_att, B * nq))) ||
         (resid_row >= 0 && (st = grow(v, &v->probe_resid, (size_t)hp->n_layer * D))))
@@ -563,14 +645,15 @@ static attnd_status step_buffers(struct vkf *v, const struct fwd_step *s, size_t
     return vkb_fa2_plan_build(v->plan, &fa); /* the same plan for every layer */
 }
 
-/* The rows that want logits: gathered, RMSNorm, output product. */
-static attnd_status record_logits(struct vkf *v, size_t n_rows)
+/* Logit rows row0..row0+n_rows-1 of the step (of those that want logits): gathered, RMSNorm,
+ * output product, into logits rows 0..n_rows-1. */
+static attnd_status record_logits(struct vkf *v, size_t row0, size_t n_rows)
 {
     const struct model *m = v->m;
     struct engine *e = v->e;
     const size_t B = (size_t)v->n_batch, D = (size_t)m->hp.n_embd;
-    attnd_status st = vkb_op_get_rows(e->ops, TENSOR_F32, v->x, 0, D * 4, v->idx, IDX_ROWS(B), (uint32_t)n_rows,
-                                      (uint32_t)D, v->rows, 0);
+    attnd_status st = vkb_op_get_rows(e->ops, TENSOR_F32, v->x, 0, D * 4, v->idx, IDX_ROWS(B) + row0,
+                                      (uint32_t)n_rows, (uint32_t)D, v->rows, 0);
     vkb_barrier(e->dev);
     if (!st)
         st = vkb_op_rmsnorm(e->ops, v->rows, 0, e->f32, f32_off(m, m->output_norm), v->rows, 0, (uint32_t)n_rows,
@@ -578,8 +661,7 @@ static attnd_status record_logits(struct vkf *v, size_t n_rows)
     vkb_barrier(e->dev);
     const struct model_weight *W = &m->output;
     if (!st)
-        st = vkb_op_matmul(e->ops, W->type, weight_buf(e, W), 0, W->row_bytes, (uint32_t)W->n_in, (uint32_t)W->n_out,
-                           v->rows, 0, (uint32_t)n_rows, NULL, 0, v->logits, 0);
+        st = record_matmul(e, W, v->rows, (uint32_t)n_rows, NULL, v->logits);
     return st;
 }
 
@@ -593,8 +675,7 @@ static attnd_status record_step(struct vkf *v, const struct fwd_step *s, const s
     const size_t B = (size_t)v->n_batch;
     attnd_status st = vkb_begin(d);
     if (st) return st;
-    st = vkb_op_get_rows(e->ops, m->tok_embd.type, weight_buf(e, &m->tok_embd), 0, m->tok_embd.row_bytes, v->idx,
-                         IDX_TOK(B), (uint32_t)s->n_tokens, (uint32_t)m->hp.n_embd, v->x, 0);
+    st = record_get_rows(e, &m->tok_embd, v->idx, IDX_TOK(B), (uint32_t)s->n_tokens, v->x);
     vkb_barrier(d);
     for (int l = 0; l < m->hp.n_layer && !st; l++) {
         st = record_layer(v, l, s->n_tokens, P, s->probe, resid_row);
@@ -602,24 +683,47 @@ static attnd_status record_step(struct vkf *v, const struct fwd_step *s, const s
             if ((st = vkb_submit_wait(d, NULL)) || (st = vkb_begin(d))) return st;
         }
     }
-    if (!st && n_rows) st = record_logits(v, n_rows);
+    if (!st && n_rows) st = record_logits(v, 0, logit_chunk(v, n_rows));
     attnd_status st2 = vkb_submit_wait(d, NULL); /* always: the batch must leave the recording state */
     return st ? st : st2;
 }
 
-/* Downloads the logits and the probes; after an attention probe, that layer's host pools. */
-static attnd_status download(struct vkf *v, const struct fwd_step *s, const struct dev_pools *P, int resid_row)
+/* Copies logits rows 0..n-1 (the step's logit rows row0..row0+n-1) to the sequences' arrays. */
+static attnd_status read_logit_rows(struct vkf *v, const struct fwd_step *s, size_t row0, size_t n)
+{
+    const size_t V = (size_t)v->m->hp.n_vocab;
+    size_t g = 0; /* the step's logit row where sequence i's rows start */
+    for (int i = 0; i < s->n_seqs && g < row0 + n; i++) {
+        if (!s->seqs[i].logits) continue;
+        const size_t rows = s->seqs[i].all_logits ? (size_t)s->seqs[i].n : 1;
+        const size_t lo = g > row0 ? g : row0, hi = g + rows < row0 + n ? g + rows : row0 + n;
+        if (lo < hi) {
+            attnd_status st = vkb_buffer_read(v->e->dev, v->logits, (lo - row0) * V * 4,
+                                              s->seqs[i].logits + (lo - g) * V, (hi - lo) * V * 4);
+            if (st) return st;
+        }
+        g += rows;
+    }
+    return ATTND_OK;
+}
+
+/* Downloads the logits (n_rows of them) and the probes; after an attention probe, that layer's
+ * host pools. */
+static attnd_status download(struct vkf *v, const struct fwd_step *s, const struct dev_pools *P, size_t n_rows,
+                             int resid_row)
 {
     const struct model_hparams *hp = &v->m->hp;
     struct vkb_device *d = v->e->dev;
-    const size_t V = (size_t)hp->n_vocab, nq = (size_t)hp->n_head * hp->head_dim;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim;
     const struct fwd_probe *pr = s->probe;
     attnd_status st;
-    for (int i = 0, r = 0; i < s->n_seqs; i++) {
-        if (!s->seqs[i].logits) continue;
-        const size_t rows = s->seqs[i].all_logits ? (size_t)s->seqs[i].n : 1;
-        if ((st = vkb_buffer_read(d, v->logits, (size_t)r * V * 4, s->seqs[i].logits, rows * V * 4))) return st;
-        r += (int)rows;
+    /* the first chunk of logit rows was computed with the step; any further chunk is computed now */
+    const size_t chunk = n_rows ? logit_chunk(v, n_rows) : 0;
+    for (size_t r0 = 0; r0 < n_rows; r0 += chunk) {
+        const size_t n = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        if (r0 && ((st = vkb_begin(d)) || (st = record_logits(v, r0, n)) || (st = vkb_submit_wait(d, NULL))))
+            return st;
+        if ((st = read_logit_rows(v, s, r0, n))) return st;
     }
     if (pr->layer >= 0 && (pr->q || pr->att)) {
         for (int which = 0; which < 2; which++) {
@@ -655,7 +759,7 @@ static attnd_status vk_eval_batch(void *state, const struct fwd_step *s)
         st = step_buffers(v, s, n_rows, resid_row);
     }
     if (!st) st = record_step(v, s, P, n_rows, resid_row);
-    if (!st) st = download(v, s, P, resid_row);
+    if (!st) st = download(v, s, P, n_rows, resid_row);
     if (!st)
         for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
     if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
