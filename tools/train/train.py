@@ -21,9 +21,20 @@ import os
 import sys
 import time
 
-# OpenBLAS's own thread pool and busy-waiting OpenMP threads oversubscribe a loaded machine
-# (measured here under load: 4.3 s of CPU per step with 2 threads against 0.75 s with 1).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+def _threads_arg(argv, default="1"):
+    """--threads N, read before numpy and torch load OpenBLAS (its pool size is fixed at load)."""
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return default
+
+
+# OpenBLAS keeps its own thread pool beside torch's: both get --threads (on a quiet machine, 2
+# threads for both trained at 3.2k tokens/s against 2.3k with OpenBLAS on one). On a loaded
+# machine pass --threads 1: spinning workers that are descheduled cost more than they give.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_arg(sys.argv))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
@@ -48,16 +59,22 @@ def parse_args():
     p.add_argument("--steps", type=int, default=0, help="fixed step count (0: size from --minutes)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--ctx", type=int, default=128)
     p.add_argument("--dim", type=int, default=192)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--rope-base", type=float, default=500000.0)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=40)
-    p.add_argument("--syn-start", type=float, default=0.5, help="share of random-repeat sequences early")
+    p.add_argument("--syn-start", type=float, default=0.3, help="share of random-repeat sequences early")
     p.add_argument("--syn-end", type=float, default=0.15, help="share of random-repeat sequences late")
-    p.add_argument("--nat-rep", type=float, default=0.15, help="share of natural sequences with a copied span")
+    p.add_argument("--nat-rep", type=float, default=0.1, help="share of natural sequences with a copied span")
+    p.add_argument("--copy-frac", type=float, default=0.15,
+                   help="first share of the steps where --copy-share of the blocks are one random run repeated")
+    p.add_argument("--copy-share", type=float, default=0.5)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--no-export", action="store_true")
     p.add_argument("--export-only", action="store_true", help="re-export WORK/kjv.pt (no training)")
@@ -94,6 +111,11 @@ class Sampler:
             p = self.rng.randint(0, T - reps * L + 1)
             body[p:p + reps * L] = np.tile(r, reps)
             mask[p:p + L] = 0.0  # the first copy cannot be predicted
+        elif kind == "copy":  # the whole block: one random run repeated from just after BOS
+            L = self.rng.randint(12, T // 2 + 1)
+            r = self.rng.randint(FIRST_NORMAL, self.vocab, size=L)
+            body = np.tile(r, T // L + 1)[:T].astype(np.int64)
+            mask[:L] = 0.0
         elif kind == "span":
             L = self.rng.randint(8, max(9, min(65, T // 4)))
             a = self.rng.randint(0, T // 2 - L)
@@ -101,11 +123,15 @@ class Sampler:
             body[b:b + L] = body[a:a + L]
         return np.concatenate(([self.bos], body)), mask
 
-    def batch(self, n, syn, nat_rep):
+    def batch(self, n, syn, nat_rep, copy=0.0):
         xs, ms = [], []
         for _ in range(n):
             u = self.rng.rand()
-            kind = "random" if u < syn else ("span" if u < syn + nat_rep else "plain")
+            if u < copy:
+                kind = "copy"
+            else:
+                u = (u - copy) / (1.0 - copy)
+                kind = "random" if u < syn else ("span" if u < syn + nat_rep else "plain")
             b, m = self.block(kind)
             xs.append(b)
             ms.append(m)
@@ -350,7 +376,8 @@ def train_loop(args, model, data, prior, rng):
         lr = lr_at(step, total, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        x, y, m = sampler.batch(args.batch, syn, args.nat_rep)
+        copy = args.copy_share if step < args.copy_frac * total else 0.0
+        x, y, m = sampler.batch(args.batch, syn, args.nat_rep, copy)
         loss = masked_ce(model(x), y, m)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -364,8 +391,8 @@ def train_loop(args, model, data, prior, rng):
             print("sizing: %.2f s/step -> %d steps for %.0f min (reproduce with --steps %d)"
                   % (el / 20, total, args.minutes, total), flush=True)
         if step % 10 == 0 or step == total or step <= 5:
-            print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
-                  % (step, total, loss.item(), lr, syn, tokens / el, tokens / 1e6, (total - step) * el / step / 60),
+            print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f copy %.2f  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
+                  % (step, total, loss.item(), lr, syn, copy, tokens / el, tokens / 1e6, (total - step) * el / step / 60),
                   flush=True)
             log.append({"kind": "train", "step": p_steps + step, "tokens": p_tokens + tokens, "loss": loss.item(),
                         "time": el, "phase": phase})
@@ -406,7 +433,8 @@ def main():
     rng = np.random.RandomState(args.seed)
     t0 = time.time()
     data = Data(args)
-    cfg = Config(vocab=data.sp.get_piece_size(), dim=args.dim, n_layer=args.layers, ffn=args.ffn, ctx=args.ctx)
+    cfg = Config(vocab=data.sp.get_piece_size(), dim=args.dim, n_layer=args.layers, n_head=args.heads,
+                 n_head_kv=args.kv_heads, ffn=args.ffn, ctx=args.ctx, rope_base=args.rope_base)
     model = Llama(cfg)
     print("model: %d parameters, %s" % (n_params(model), cfg), flush=True)
     if args.export_only:
