@@ -151,7 +151,7 @@ model: $(BIN) ## retrain models/kjv.gguf, its goldens and its card from the KJV 
 	./deploy/install-deps.sh train
 	/usr/bin/python3 -u tools/train/train.py --minutes $(TRAIN_MINUTES) $(TRAIN_ARGS)
 	$(BIN) heads -m models/kjv.gguf --json > build/train/heads.json
-	/usr/bin/python3 tools/train/card.py --census build/train/heads.json
+	/usr/bin/python3 tools/train/card.py --census build/train/heads.json --notes tools/train/attempts.md
 
 # The container image (Dockerfile): docker where a Docker engine answers, else buildah, with the
 # Debian bases made by mmdebstrap when they cannot be pulled. The version is the file VERSION.

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The head census (GET /heads, `attnd heads`) against the real daemon:
-- on the shipped model (models/kjv.gguf) it finds a previous-token head (score >= PREV_MIN; the
-  issue asks 0.5 and an induction head >= 0.3: the shipped training run reached 0.44 on the
-  census paragraph (0.51 on held-out KJV text) and no induction head, see models/README.md, so
-  the induction score is printed, not asserted);
+- on the shipped model (models/kjv.gguf) it finds a previous-token head (score >= 0.5, the
+  issue's; the shipped model's best is 0.54 on the census paragraph). The issue also asks for an
+  induction head >= 0.3: no training run has produced one yet (best 0.005, see models/README.md),
+  so the induction score is printed, not asserted;
 - every score of every head, recomputed here from GET /attention maps of the census's own probe
   sequences (sent as token-id prompts), agrees with /heads within 1e-3 (definitions: census.h);
 - the second request answers the same cached census; `attnd heads --json` prints the same;
@@ -19,8 +19,8 @@ from attnd_daemon import ATTND, Checker, Daemon
 c = Checker("test_heads")
 KJV = os.environ.get("KJV_MODEL", "models/kjv.gguf")
 TOL = 1e-3
-PREV_MIN = 0.4   # the shipped model's best previous-token head: 0.443
 ISSUE_PREV, ISSUE_IND = 0.5, 0.3
+PREV_MIN = ISSUE_PREV  # the shipped model's best previous-token head: 0.541
 KEYS = ("previous_token", "induction", "first_token", "self", "entropy")
 
 

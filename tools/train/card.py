@@ -40,21 +40,29 @@ def main():
     s.append("# kjv.gguf: the default model\n")
     s.append("A small llama-architecture model trained from scratch by this project (`make model`, recipe in "
              "`tools/train/`) so that `make run` serves a model that writes English and whose attention heads "
-             "do recognisable things. It is a toy: %.1f M parameters, trained for %.0f minutes on 2 shared CPU "
-             "cores." % (info["params"] / 1e6, info["train_seconds"] / 60))
+             "do recognisable things. It is a toy: %.1f M parameters, trained for %.0f minutes on %d CPU thread(s)."
+             % (info["params"] / 1e6, info["train_seconds"] / 60, args["threads"]))
     s.append("\n## Corpus and licence\n")
     s.append("The King James Version of the Bible as Debian's `bible-kjv-text` ships it (`bible -f "
              "Gen1:1-Rev22:21`: 31,102 verses, 4.4 MB). The KJV text is in the public domain (outside the UK, "
              "where the Crown's letters patent apply). Each chapter is one document, its verses joined by spaces "
              "without verse numbers. Every 50th chapter (from the 26th: %s) is held out: neither the "
              "tokenizer nor the model saw it." % ", ".join(info["held_out_chapters"]))
-    s.append("\n**Synthetic data mixed in** (to make the copying circuit form within the budget): a share of the "
-             "training sequences have a run of 8-%d uniformly random tokens repeated 2-4 times at a random place "
-             "inside natural text (no loss on the first copy, which cannot be predicted): %.0f %% of sequences "
-             "for the first 30 %% of steps, falling linearly to %.0f %% at 60 %% and staying there. Another "
-             "%.0f %% are natural text with one of their own spans (8-%d tokens) copied further on."
-             % (min(48, cfg["ctx"] // 3), 100 * args["syn_start"], 100 * args["syn_end"], 100 * args["nat_rep"],
-                min(64, cfg["ctx"] // 4)))
+    n_copy = int(args.get("copy_frac", 0) * info.get("phase1", info)["steps"])
+    syn = []
+    if n_copy and args.get("copy_share"):
+        syn.append("for the first %d steps (%.0f %% of them), %.0f %% of the blocks are one run of 12-%d uniformly "
+                   "random tokens repeated from just after BOS to the end of the block (no loss on the first copy, "
+                   "which cannot be predicted)" % (n_copy, 100 * args["copy_frac"], 100 * args["copy_share"],
+                                                   cfg["ctx"] // 2))
+    lead = "of the other blocks, %.0f %% hold" if syn else "%.0f %% of the blocks hold"
+    syn.append((lead + " a run of 8-%d random tokens repeated 2-4 times at a random place inside natural text "
+                "(first copy unscored) for the first 30 %% of steps, falling linearly to %.0f %% at 60 %% and "
+                "staying there") % (100 * args["syn_start"], min(48, cfg["ctx"] // 3), 100 * args["syn_end"]))
+    syn.append("another %.0f %% are natural text with one of their own spans (8-%d tokens) copied further on"
+               % (100 * args["nat_rep"], min(64, cfg["ctx"] // 4)))
+    s.append("\n**Synthetic data mixed in** (to make the copying circuit form within the budget): "
+             + "; ".join(syn) + ".")
     s.append("\n## Vocabulary\n")
     s.append("SentencePiece BPE, %d pieces (3 control, 256 byte-fallback pieces `<0x00>`..`<0xFF>`, the rest "
              "learned), identity normalisation, digits split; stored as the GGUF `llama` SPM vocabulary "
@@ -70,11 +78,9 @@ def main():
     s.append("\n## Training\n")
     s.append("AdamW (β = 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate %g after %d warm-up "
              "steps, cosine decay to a tenth, gradient clipping at 1, batch %d x %d tokens, seed %d, %d torch "
-             "thread(s) (on the loaded machine two threads were slower: OpenMP's and OpenBLAS's workers spin "
-             "while descheduled, 4.3 s of CPU per step against 0.75 s with one). %d steps, %.2f M tokens seen (%.1f passes over the %.2f M training tokens, synthetic "
-             "ones included), %.1f minutes, %.0f tokens/s on this machine while seven other engineers built and "
-             "tested on the same 2 cores (the issue's 4.7 k tokens/s was a quiet machine). Reproduce with "
-             "`make model TRAIN_ARGS='--steps %d'` (phase 1; deterministic for a seed, step count and thread count)."
+             "thread(s) and as many OpenBLAS threads. %d steps, %.2f M tokens seen (%.1f passes over the %.2f M "
+             "training tokens, synthetic ones included), %.1f minutes of training loop, %.0f tokens/s. Reproduce "
+             "with `make model TRAIN_ARGS='--steps %d'` (deterministic for a seed, step count and thread count)."
              % (args["lr"], args["warmup"], args["batch"], cfg["ctx"], args["seed"], args["threads"], info["steps"],
                 info["tokens_seen"] / 1e6, info["tokens_seen"] / info["train_tokens"], info["train_tokens"] / 1e6,
                 info["train_seconds"] / 60, info["tokens_per_second"], info.get("phase1", info)["steps"]))
