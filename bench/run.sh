@@ -34,7 +34,8 @@ for t in $TYPES; do
   "$BUILD/bench/bench_model" "$MODELS/qwen2.5-0.5b-shape-$t.gguf" "$THREADS" "$REPS" "qwen2.5-0.5b-shape $t"
 done
 echo
-echo "Reference engine on this machine (2 threads): q8_0 pp128 370, tg 59; f16 pp128 417, tg 49 tokens/s."
+echo "Reference engine, 2 threads, as measured on other machines (README): 2026-11-29 q8_0 pp128 370, tg 59; f16 pp128 417, tg 49;"
+echo "2026-12-02 (AMD EPYC, AVX2) q8_0 pp128 109, tg 25; q4_k_m pp128 82-102, tg 27-31 tokens/s. Ratios only hold within one run."
 [ "${MODELS_ONLY:-0}" = 1 ] && exit 0
 for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] && [ "${b%.d}" = "$b" ] || continue
