@@ -85,6 +85,11 @@ int cli_parse_chat_template(const char *flag, const char *v, void *dest);
 #define CLI_RANGE(lo_, hi_) .lo = (lo_), .hi = (hi_)
 
 /* The two table entries of --backend and --vk-device, shared by serve, run and score. */
+/* --threads N for the commands that run the model (type CLI_INT or CLI_LONG, 0..max). */
+#define CLI_THREADS_OPT(type, dest, max)                                                                   \
+    {CLI_OPT("--threads", NULL, (type), (dest), "N", "compute threads (default 0 = all online CPUs)"),     \
+     CLI_RANGE(0, (max))}
+
 #define CLI_BACKEND_OPTS(backend, vk_device)                                                               \
     {.name = "--backend", .type = CLI_CUSTOM, .dest = (backend), .parse = cli_parse_backend,               \
      .arg = "auto|vulkan|cpu",                                                                             \

@@ -34,8 +34,7 @@ int cmd_heads(int argc, char **argv)
     const struct cli_opt opts[] = {
         {CLI_OPT("--model", "-m", CLI_STR, &model_path, "PATH", "GGUF model (required)")},
         {CLI_OPT("--json", NULL, CLI_FLAG, &json, NULL, "print the JSON of GET /heads instead of a table")},
-        {CLI_OPT("--threads", NULL, CLI_LONG, &threads, "N", "compute threads (default 0 = all online CPUs)"),
-         CLI_RANGE(0, 256)},
+        CLI_THREADS_OPT(CLI_LONG, &threads, 256),
         CLI_BACKEND_OPTS(&backend, &vk_device),
         CLI_HELP_OPT,
         {.type = CLI_END},

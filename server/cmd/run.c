@@ -211,7 +211,7 @@ static int parse_args(struct run_args *A, int argc, char **argv)
         {CLI_OPT("--stop", NULL, CLI_CUSTOM, A, "STR", "stop when STR is generated (repeatable, up to 16)"), .parse = parse_stop},
         {CLI_OPT("--ignore-eos", NULL, CLI_FLAG, &A->ignore_eos, NULL, "keep generating past end-of-generation tokens")},
         {CLI_OPT("--special", NULL, CLI_FLAG, &A->special, NULL, "parse special tokens (<|im_end|>...) in the prompt and print them")},
-        {CLI_OPT("--threads", NULL, CLI_LONG, &A->threads, "N", "compute threads (default 0 = all online CPUs)"), CLI_RANGE(0, 256)},
+        CLI_THREADS_OPT(CLI_LONG, &A->threads, 256),
         {CLI_OPT("--ctx", NULL, CLI_LONG, &A->n_ctx, "N", "context, tokens (default: prompt + N, at most the model's)"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--json", NULL, CLI_FLAG, &A->json, NULL, "print one JSON object instead of streaming the text")},
         CLI_BACKEND_OPTS(&A->backend, &A->vk_device),

@@ -88,7 +88,7 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--model", "-m", CLI_STR, &A->model_path, "PATH", "GGUF model to serve (required)")},
         {CLI_OPT("--host", NULL, CLI_STR, &hc->host, "ADDR", "address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)")},
         {CLI_OPT("--port", NULL, CLI_INT, &hc->port, "N", "TCP port (default 8080; 0 = pick a free one, logged at start)"), CLI_RANGE(0, 65535)},
-        {CLI_OPT("--threads", NULL, CLI_INT, &so->n_threads, "N", "compute threads (default 0 = all online CPUs)"), CLI_RANGE(0, 1024)},
+        CLI_THREADS_OPT(CLI_INT, &so->n_threads, 1024),
         CLI_BACKEND_OPTS(&so->backend, &so->vk_device),
         {CLI_OPT("--ctx", NULL, CLI_INT, &so->n_ctx, "N", "context per request, tokens (default 0 = min(model's, 4096))"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--max-queue", NULL, CLI_INT, &so->max_queue, "N", "waiting requests before 503 (default 64)"), CLI_RANGE(1, 1 << 20)},
