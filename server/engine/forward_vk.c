@@ -58,6 +58,7 @@ struct engine {
     int n_w;
     struct vkb_buffer *f32; /* the model's 1-D tensors (norm weights, biases): f32_arena */
     char why[192];          /* what failed while making it, where vkb_last_error() does not say */
+    size_t part_lim;        /* the largest buffer one weight part or logit chunk may take: part_limit() */
 };
 
 static pthread_mutex_t g_engines_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -126,7 +127,7 @@ static const struct dev_weight *dev_weight_of(const struct engine *e, const stru
 
 /* The largest buffer a weight part may take: maxStorageBufferRange, or less when
  * $ATTND_VK_SPLIT_BYTES says so (tests split small models' weights with it). */
-static size_t part_limit(const struct engine *e)
+static size_t part_limit(const struct engine *e) /* read once per engine, into e->part_lim */
 {
     size_t lim = vkb_device_limits(e->dev)->max_storage_range;
     const char *env = getenv("ATTND_VK_SPLIT_BYTES");
@@ -150,7 +151,7 @@ static attnd_status upload_weight(struct engine *e, const struct model_weight *w
 {
     if (dev_weight_of(e, w)) return ATTND_OK;
     if (e->n_w == MAX_WEIGHTS) return ATTND_ERR_RANGE;
-    const size_t lim = part_limit(e);
+    const size_t lim = e->part_lim;
     /* a part's bytes are padded to whole words: rows * row_bytes + 3 must stay within lim */
     const size_t per_part = w->row_bytes + 3 <= lim ? (lim - 3) / w->row_bytes : 0;
     if (!per_part || (w->n_out + per_part - 1) / per_part > MAX_PARTS) {
@@ -256,6 +257,7 @@ static attnd_status engine_open(const struct model *m, int device_index, bool ne
     e->ops = vd->ops;
     e->fa2 = vd->fa2;
     e->lockp = &vd->lock;
+    e->part_lim = part_limit(e);
     pthread_mutex_lock(e->lockp);
     const char *what = "pipelines";
     enum tensor_type types[8];
@@ -611,7 +613,7 @@ static void fill_tables(struct vkf *v, const struct fwd_step *s, size_t *n_rows,
  * 151,936-token vocabulary is 594 KiB a row: 220 rows in lavapipe's 128 MiB). */
 static size_t logit_chunk(const struct vkf *v, size_t n_rows)
 {
-    const size_t per = part_limit(v->e) / ((size_t)v->m->hp.n_vocab * sizeof(float));
+    const size_t per = v->e->part_lim / ((size_t)v->m->hp.n_vocab * sizeof(float));
     return per == 0 ? 1 : per < n_rows ? per : n_rows;
 }
 
