@@ -493,6 +493,10 @@ void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, s
 {
     cpu_vec_dot_fn q = quants_fn(t, n, 0);
     if (q) {
+        if (r0 >= r1 || n_tok == 0) return;
+        if (active() != &g_sets[CPU_ISA_SCALAR] &&
+            quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
+            return;
         quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
         return;
     }

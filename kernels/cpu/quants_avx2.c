@@ -15,6 +15,14 @@
 static inline __m256i loadu256(const unsigned char *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
 static inline __m128i loadu128(const unsigned char *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
 
+/* An f16 at any alignment through F16C (quants_ld_f16's bits: both are exact), not a call. */
+static inline float ld_h(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return _cvtsh_ss(v);
+}
+
 static inline float ld_f32(const unsigned char *p)
 {
     float v;
@@ -80,7 +88,7 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
     const __m256i tbl = iq4_table();
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (size_t b = 0; b < n / 32; b++, pw += bytes[k], pa += CPU_Q8_0_BYTES) {
-        const float d = quants_ld_f16(pw) * quants_ld_f16(pa);
+        const float d = ld_h(pw) * ld_h(pa);
         const __m256i av = loadu256(pa + 2);
         __m256i p;
         switch (k) {
@@ -92,7 +100,7 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
         if (k == K_Q4_1 || k == K_Q5_1) {
-            const float m = quants_ld_f16(pw + 2) * quants_ld_f16(pa);
+            const float m = ld_h(pw + 2) * ld_h(pa);
             const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, av), ones);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), accm);
         }
@@ -140,8 +148,8 @@ float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s] & 0x0f, sc[s + 1] & 0x0f)));
             }
         }
-        acc = k_acc(acc, quants_ld_f16(pw + 80) * da, sumi);
-        tail -= quants_ld_f16(pw + 82) * da * (float)summ;
+        acc = k_acc(acc, ld_h(pw + 80) * da, sumi);
+        tail -= ld_h(pw + 82) * da * (float)summ;
     }
     return hsum_ps(acc) + tail;
 }
@@ -170,7 +178,7 @@ float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
         }
-        acc = k_acc(acc, quants_ld_f16(pw + 108) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_h(pw + 108) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
@@ -203,8 +211,8 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * k])));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * k + 1])));
         }
-        acc = k_acc(acc, quants_ld_f16(pw) * da, sumi);
-        tail -= quants_ld_f16(pw + 2) * da * (float)summ;
+        acc = k_acc(acc, ld_h(pw) * da, sumi);
+        tail -= ld_h(pw + 2) * da * (float)summ;
     }
     return hsum_ps(acc) + tail;
 }
@@ -237,7 +245,7 @@ float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
         }
-        acc = k_acc(acc, quants_ld_f16(pw + 208) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_h(pw + 208) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
@@ -257,7 +265,326 @@ float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a)
             const __m256i p = pairs_s8(wq, loadu256(qa + 32 * s));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
         }
-        acc = k_acc(acc, quants_ld_f16(pw) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_h(pw) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
+}
+
+/* ================================================================ multi-token GEMM
+ *
+ * For 2 or more tokens the weights are unpacked once per chunk of PG_TOK tokens into an int8
+ * panel of PG_ROWS rows x PG_BLK blocks of 32 (w[i] = s * isc[i/16] * q[i] - m: s the block's
+ * float scale, isc an integer sub-scale for the types with 16-weight sub-blocks, m the block's
+ * min), and the activations of each group of 4 tokens are interleaved per block by 8 bytes:
+ * x[k] = [a_t0[8k..8k+8) | a_t1[..] | a_t2[..] | a_t3[..]] and |x[k]|. A weight's 8 bytes
+ * w[8k..8k+8), broadcast, then line up with all 4 tokens:
+ *   maddubs(|x[k]|, sign(w, x[k])) -> madd(.., isc)  = int32 lanes [t0 t0 t1 t1 t2 t2 t3 t3]
+ * so one cvt and one fma per (row, block) cover 4 tokens. The min term subtracts m * d_a *
+ * sum(a) per block (lanes [t0 0 t1 0 ...] so the final pair sums count it once). Tokens past
+ * the last are zero activations with scale 0; their results are not stored. */
+#define PG_ROWS 8
+#define PG_BLK 32
+#define PG_TOK 64
+
+struct pg_row {
+    _Alignas(32) int8_t q[PG_BLK][32];
+    int16_t isc[PG_BLK][2];
+    float s[PG_BLK], m[PG_BLK];
+};
+
+struct pg_group {
+    _Alignas(32) int8_t x[PG_BLK][4][32];
+    _Alignas(32) float sa8[PG_BLK][8]; /* d_a of each token, twice */
+    _Alignas(32) float as8[PG_BLK][8]; /* d_a * sum(a) of each token at even lanes, 0 at odd */
+};
+
+static inline void store_q(int8_t *dst, __m256i v) { _mm256_store_si256((__m256i *)(void *)dst, v); }
+
+/* ---- unpacking one row's blocks [b0, b0 + nb) into the panel row (K-types: b0, nb multiples of 8) */
+
+static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    const __m256i tbl = iq4_table(), sixteen = _mm256_set1_epi8(16);
+    for (size_t b = 0; b < nb; b++) {
+        __m256i q;
+        float m = 0.0f;
+        const unsigned char *pw;
+        switch (t) {
+        case TENSOR_Q4_1:
+            pw = row + (b0 + b) * 20;
+            q = nibbles16(pw + 4);
+            m = -ld_h(pw + 2);
+            break;
+        case TENSOR_Q5_0:
+            pw = row + (b0 + b) * 22;
+            q = _mm256_sub_epi8(_mm256_or_si256(nibbles16(pw + 6), fifth_bits(pw + 2)), sixteen);
+            break;
+        case TENSOR_Q5_1:
+            pw = row + (b0 + b) * 24;
+            q = _mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4));
+            m = -ld_h(pw + 2);
+            break;
+        default: /* IQ4_NL */
+            pw = row + (b0 + b) * 18;
+            q = _mm256_shuffle_epi8(tbl, nibbles16(pw + 2));
+            break;
+        }
+        store_q(o->q[b], q);
+        o->s[b] = ld_h(pw);
+        o->m[b] = m;
+    }
+}
+
+static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const size_t bb = has_qh ? 176 : 144;
+    for (size_t sb = 0; sb < nb / 8; sb++) {
+        const unsigned char *pw = row + (b0 / 8 + sb) * bb, *qs = pw + (has_qh ? 48 : 16);
+        int16_t sc[8], mn[8];
+        quants_k4_scales(pw + 4, sc, mn);
+        const float d = ld_h(pw), dmin = ld_h(pw + 2);
+        const __m256i qh = has_qh ? loadu256(pw + 16) : _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = loadu256(qs + 32 * k);
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (has_qh) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+            }
+            store_q(o->q[8 * sb + 2 * k], lo);
+            store_q(o->q[8 * sb + 2 * k + 1], hi);
+        }
+        for (int s = 0; s < 8; s++) o->s[8 * sb + s] = d * sc[s], o->m[8 * sb + s] = dmin * mn[s];
+    }
+}
+
+static void pg_unpack_q6_k(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    for (size_t sb = 0; sb < nb / 8; sb++) {
+        const unsigned char *pw = row + (b0 / 8 + sb) * 210;
+        const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
+        const float d = ld_h(pw + 208);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = loadu256(pw + 64 * h), ql1 = loadu256(pw + 64 * h + 32), qh = loadu256(pw + 128 + 32 * h);
+            __m256i g[4];
+            g[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            g[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                const size_t b = 8 * sb + 4 * (size_t)h + (size_t)k;
+                store_q(o->q[b], _mm256_sub_epi8(g[k], off));
+                o->isc[b][0] = sc[8 * h + 2 * k];
+                o->isc[b][1] = sc[8 * h + 2 * k + 1];
+                o->s[b] = d;
+                o->m[b] = 0.0f;
+            }
+        }
+    }
+}
+
+static void pg_unpack_q3_k(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
+    for (size_t sb = 0; sb < nb / 8; sb++) {
+        const unsigned char *pw = row + (b0 / 8 + sb) * 110;
+        int16_t sc[16];
+        quants_q3_k_scales(pw + 96, sc);
+        const float d = ld_h(pw + 108);
+        const __m256i hm = loadu256(pw);
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = loadu256(pw + 32 + 32 * h);
+            for (int j = 0; j < 4; j++) {
+                const size_t b = 8 * sb + 4 * (size_t)h + (size_t)j;
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
+                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), zero);
+                store_q(o->q[b], _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3),
+                                                 _mm256_and_si256(clear, four)));
+                o->isc[b][0] = sc[8 * h + 2 * j];
+                o->isc[b][1] = sc[8 * h + 2 * j + 1];
+                o->s[b] = d;
+                o->m[b] = 0.0f;
+            }
+        }
+    }
+}
+
+static void pg_unpack_iq4_xs(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    const __m256i tbl = iq4_table();
+    for (size_t sb = 0; sb < nb / 8; sb++) {
+        const unsigned char *pw = row + (b0 / 8 + sb) * 136;
+        int16_t sc[8];
+        quants_iq4_xs_scales(pw, sc);
+        const float d = ld_h(pw);
+        for (int s = 0; s < 8; s++) {
+            store_q(o->q[8 * sb + s], _mm256_shuffle_epi8(tbl, nibbles16(pw + 8 + 16 * s)));
+            o->s[8 * sb + s] = d * sc[s];
+            o->m[8 * sb + s] = 0.0f;
+        }
+    }
+}
+
+static void pg_unpack(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+{
+    switch (t) {
+    case TENSOR_Q4_K: pg_unpack_q45_k(0, row, b0, nb, o); return;
+    case TENSOR_Q5_K: pg_unpack_q45_k(1, row, b0, nb, o); return;
+    case TENSOR_Q6_K: pg_unpack_q6_k(row, b0, nb, o); return;
+    case TENSOR_Q3_K: pg_unpack_q3_k(row, b0, nb, o); return;
+    case TENSOR_IQ4_XS: pg_unpack_iq4_xs(row, b0, nb, o); return;
+    default: pg_unpack32(t, row, b0, nb, o); return;
+    }
+}
+
+/* ---- activations: one group of 4 tokens (j0 .. j0+3, those >= n_tok as zeros), blocks [b0, b0 + nb) */
+
+static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t arb, size_t j0, size_t n_tok,
+                          size_t b0, size_t nb, struct pg_group *g)
+{
+    for (size_t b = 0; b < nb; b++) {
+        for (size_t l = 0; l < 4; l++) {
+            const size_t j = j0 + l, blk = b0 + b;
+            float d = 0.0f;
+            int sum = 0;
+            const int8_t *qa = NULL;
+            if (j < n_tok) {
+                const unsigned char *row = pa + j * arb;
+                if (q8k) {
+                    const unsigned char *sbp = row + (blk / 8) * QUANTS_Q8_K_BYTES;
+                    d = ld_f32(sbp);
+                    qa = (const int8_t *)(const void *)(sbp + 4 + 32 * (blk % 8));
+                    sum = q8k_bsum(sbp, (int)(2 * (blk % 8))) + q8k_bsum(sbp, (int)(2 * (blk % 8) + 1));
+                } else {
+                    d = ld_h(row + blk * CPU_Q8_0_BYTES);
+                    qa = (const int8_t *)(const void *)(row + blk * CPU_Q8_0_BYTES + 2);
+                    if (need_sum)
+                        for (int i = 0; i < 32; i++) sum += qa[i];
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                if (qa) memcpy(g->x[b][k] + 8 * l, qa + 8 * k, 8);
+                else memset(g->x[b][k] + 8 * l, 0, 8);
+            }
+            g->sa8[b][2 * l] = g->sa8[b][2 * l + 1] = d;
+            g->as8[b][2 * l] = d * (float)sum;
+            g->as8[b][2 * l + 1] = 0.0f;
+        }
+    }
+}
+
+/* ---- the tile: R panel rows x one group of 4 tokens over nb blocks; v[ri][l] = the dot */
+
+static inline __attribute__((always_inline)) void pg_tile(int R, int sub16, int has_min, size_t nb,
+                                                          const struct pg_row *w, const struct pg_group *g,
+                                                          float v[PG_ROWS][4])
+{
+    __m256 acc[PG_ROWS];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int ri = 0; ri < R; ri++) acc[ri] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m256i ax[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) ax[k] = _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(const void *)g->x[b][k]));
+        const __m256 s8 = _mm256_load_ps(g->sa8[b]);
+#pragma GCC unroll 8
+        for (int ri = 0; ri < R; ri++) {
+            const struct pg_row *wr = w + ri;
+            __m256i m = _mm256_setzero_si256();
+            const __m256i isc0 = sub16 ? _mm256_set1_epi16(wr->isc[b][0]) : ones;
+            const __m256i isc1 = sub16 ? _mm256_set1_epi16(wr->isc[b][1]) : ones;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                long long w8;
+                memcpy(&w8, wr->q[b] + 8 * k, 8);
+                __m256i t = _mm256_sign_epi8(_mm256_set1_epi64x(w8),
+                                             _mm256_load_si256((const __m256i *)(const void *)g->x[b][k]));
+                t = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], t), k < 2 ? isc0 : isc1);
+                m = k ? _mm256_add_epi32(m, t) : t;
+            }
+            acc[ri] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_set1_ps(wr->s[b]), s8), acc[ri]);
+            if (has_min)
+                acc[ri] = _mm256_fnmadd_ps(_mm256_set1_ps(wr->m[b]), _mm256_load_ps(g->as8[b]), acc[ri]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int ri = 0; ri < R; ri++) {
+        /* lanes [t0 t0 t1 t1 | t2 t2 t3 t3] -> [t0 t1 . . | t2 t3 . .] */
+        __m256 h = _mm256_hadd_ps(acc[ri], acc[ri]);
+        __m128 lo = _mm256_castps256_ps128(h), hi = _mm256_extractf128_ps(h, 1);
+        v[ri][0] = _mm_cvtss_f32(lo);
+        v[ri][1] = _mm_cvtss_f32(_mm_movehdup_ps(lo));
+        v[ri][2] = _mm_cvtss_f32(hi);
+        v[ri][3] = _mm_cvtss_f32(_mm_movehdup_ps(hi));
+    }
+}
+
+/* constant R, sub16 and has_min per call so the tile unrolls into registers */
+#define PG_TILE_R(S, M)                                                                    \
+    switch (R) {                                                                           \
+    case 1: pg_tile(1, S, M, nb, w, g, v); return;                                         \
+    case 2: pg_tile(2, S, M, nb, w, g, v); return;                                         \
+    case 3: pg_tile(3, S, M, nb, w, g, v); return;                                         \
+    case 4: pg_tile(4, S, M, nb, w, g, v); return;                                         \
+    case 5: pg_tile(5, S, M, nb, w, g, v); return;                                         \
+    case 6: pg_tile(6, S, M, nb, w, g, v); return;                                         \
+    case 7: pg_tile(7, S, M, nb, w, g, v); return;                                         \
+    default: pg_tile(8, S, M, nb, w, g, v); return;                                        \
+    }
+
+static void pg_tile_rt(int R, int sub16, int has_min, size_t nb, const struct pg_row *w, const struct pg_group *g,
+                       float v[PG_ROWS][4])
+{
+    if (sub16) PG_TILE_R(1, 0)
+    if (has_min) PG_TILE_R(0, 1)
+    PG_TILE_R(0, 0)
+}
+
+/* 1 for the weight types the panel GEMM takes (Q2_K, whose mins are per 16 weights, is not one). */
+static int pg_type(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
+    default: return 0;
+    }
+}
+
+int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+                     size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    if (!pg_type(t) || n_tok < 2) return 0;
+    const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
+    const int sub16 = t == TENSOR_Q6_K || t == TENSOR_Q3_K;
+    const int has_min = t == TENSOR_Q4_1 || t == TENSOR_Q5_1 || t == TENSOR_Q4_K || t == TENSOR_Q5_K;
+    const unsigned char *pw = w, *pa = a;
+    const size_t nb = n / 32;
+    static __thread struct pg_group groups[PG_TOK / 4];
+    static __thread struct pg_row panel[PG_ROWS];
+    float v[PG_ROWS][4];
+    for (size_t t0 = 0; t0 < n_tok; t0 += PG_TOK) {
+        const size_t nt = n_tok - t0 < PG_TOK ? n_tok - t0 : PG_TOK, ng = (nt + 3) / 4;
+        for (size_t b0 = 0; b0 < nb; b0 += PG_BLK) {
+            const size_t nbc = nb - b0 < PG_BLK ? nb - b0 : PG_BLK;
+            for (size_t gi = 0; gi < ng; gi++) pg_pack_group(q8k, has_min, pa, arb, t0 + 4 * gi, n_tok, b0, nbc, &groups[gi]);
+            for (size_t r = r0; r < r1; r += PG_ROWS) {
+                const int R = r1 - r < PG_ROWS ? (int)(r1 - r) : PG_ROWS;
+                for (int ri = 0; ri < R; ri++) pg_unpack(t, pw + (r + (size_t)ri) * wrb, b0, nbc, &panel[ri]);
+                for (size_t gi = 0; gi < ng; gi++) {
+                    pg_tile_rt(R, sub16, has_min, nbc, panel, &groups[gi], v);
+                    for (size_t l = 0; l < 4 && t0 + 4 * gi + l < n_tok; l++) {
+                        float *yo = y + (t0 + 4 * gi + l) * ys + r;
+                        for (int ri = 0; ri < R; ri++) yo[ri] = (b0 ? yo[ri] : 0.0f) + v[ri][l];
+                    }
+                }
+            }
+        }
+    }
+    return 1;
 }

@@ -1,0 +1,112 @@
+/* bench_gemm.c - one-thread matrix-product speed of every weight type and CPU variant
+ * (kernels/cpu/cpu_kernels.h cpu_gemm), in GMAC/s: an 896 x 4864 matrix (Qwen2.5-0.5B's
+ * ffn_down, 4.4 M weights; rows of 4864 = 19 super-blocks) against 1 (matrix-vector: generation), 8 (a batched decode step) and
+ * 128 (a prompt) activation rows. Weights come from attnd's own quantizer (quantize_row) on
+ * Gaussian values (F16 by conversion), so scales are those of a real file; types the quantizer
+ * does not write are skipped. The matrix-vector column also gives the
+ * weight bytes streamed per second. Prints a markdown table of medians over 7 runs.
+ * usage: bench_gemm [reps] */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attnd/quantize.h"
+#include "attnd/tensor.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+#define ROWS 896
+#define COLS 4864
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float gauss(void)
+{
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+        u[i] = ((double)(g_rng >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "bench_gemm: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 7;
+    static const enum tensor_type types[] = {TENSOR_F16, TENSOR_Q8_0, TENSOR_Q4_0, TENSOR_Q5_0, TENSOR_Q4_K,
+                                             TENSOR_Q5_K, TENSOR_Q6_K, TENSOR_IQ4_XS};
+    static const size_t toks[] = {1, 8, 128};
+    const enum cpu_isa best = cpu_kernels_init();
+    float *x = xmalloc((size_t)ROWS * COLS * sizeof(float)), *y = xmalloc((size_t)128 * ROWS * sizeof(float));
+    for (size_t i = 0; i < (size_t)ROWS * COLS; i++) x[i] = 0.02f * gauss();
+    printf("## Matrix products, 1 thread (%d x %d weights; GMAC/s, median of %d; mv GB/s = weight bytes per second)\n\n",
+           ROWS, COLS, reps);
+    printf("| type    | variant | 1 token (mv) | mv GB/s | 8 tokens | 128 tokens |\n");
+    printf("|---------|---------|--------------|---------|----------|------------|\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const enum tensor_type t = types[ti], at = cpu_vec_dot_type(t);
+        uint64_t wrb = 0, arb = 0;
+        tensor_nbytes(t, COLS, &wrb);
+        tensor_nbytes(at, COLS, &arb);
+        unsigned char *w = xmalloc((size_t)wrb * ROWS), *a = xmalloc((size_t)arb * 128);
+        if (t != TENSOR_F16 && !quantize_type_supported(t)) {
+            free(w), free(a);
+            continue;
+        }
+        for (size_t r = 0; r < ROWS; r++) {
+            if (t == TENSOR_F16) cpu_f32_to_f16_row(x + r * COLS, (uint16_t *)(void *)(w + r * wrb), COLS);
+            else if (quantize_row(t, x + r * COLS, w + r * wrb, COLS) != ATTND_OK) return 1;
+        }
+        for (size_t j = 0; j < 128; j++) cpu_prepare_row(t, x + j * COLS, a + j * arb, COLS);
+        for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+            cpu_kernels_set_isa((enum cpu_isa)isa);
+            double rate[3];
+            for (size_t k = 0; k < 3; k++) {
+                double v[32];
+                int n = reps < 32 ? reps : 32;
+                /* the scalar reference is slow: fewer tokens-worth of work, same rate */
+                size_t rows = isa == CPU_ISA_SCALAR && toks[k] > 1 ? ROWS / 16 : ROWS;
+                cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS); /* warm-up */
+                for (int r = 0; r < n; r++) {
+                    double t0 = now();
+                    cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS);
+                    v[r] = (double)rows * COLS * (double)toks[k] / (now() - t0) * 1e-9;
+                }
+                qsort(v, (size_t)n, sizeof *v, cmp_d);
+                rate[k] = v[n / 2];
+            }
+            printf("| %-7s | %-7s | %12.2f | %7.2f | %8.2f | %10.2f |\n", tensor_type_name(t),
+                   cpu_isa_name((enum cpu_isa)isa), rate[0], rate[0] * (double)wrb / COLS, rate[1], rate[2]);
+        }
+        free(w);
+        free(a);
+    }
+    free(x);
+    free(y);
+    return 0;
+}
