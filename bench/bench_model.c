@@ -1,5 +1,5 @@
 /* bench_model.c - prompt processing and generation speed of one model on the CPU.
- * usage: bench_model MODEL.gguf [threads] [reps]
+ * usage: bench_model MODEL.gguf [threads] [reps] [label] [tests: pp128,pp512,tg64 by default]
  * Prints one table row per test: median tokens/s over reps runs (and min/max). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +33,12 @@ static void row(const char *model, const char *test, double *v, int n)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_model MODEL.gguf [threads] [reps] [label]\n");
+        fprintf(stderr, "usage: bench_model MODEL.gguf [threads] [reps] [label] [tests]\n");
         return 2;
     }
     int threads = argc > 2 ? atoi(argv[2]) : 2, reps = argc > 3 ? atoi(argv[3]) : 5;
     const char *label = argc > 4 ? argv[4] : argv[1];
+    const char *only = argc > 5 ? argv[5] : "pp128,pp512,tg64"; /* the tests to run, e.g. "tg64" for a profile */
     if (reps < 1 || reps > 100) reps = 5;
     log_set_level(LOG_WARN);
     char err[512];
@@ -59,6 +60,9 @@ int main(int argc, char **argv)
     double v[100];
     int pp[] = {128, 512};
     for (int k = 0; k < 2; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "pp%d", pp[k]);
+        if (!strstr(only, name)) continue;
         fwd_reset(c);
         fwd_eval(c, toks, 16, false, logits); /* warm-up */
         for (int r = 0; r < reps; r++) {
@@ -67,12 +71,10 @@ int main(int argc, char **argv)
             fwd_eval(c, toks, pp[k], false, logits);
             v[r] = pp[k] / (now() - t0);
         }
-        char name[16];
-        snprintf(name, sizeof name, "pp%d", pp[k]);
         row(label, name, v, reps);
     }
     const int ng = 64;
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < reps && strstr(only, "tg64"); r++) {
         fwd_reset(c);
         int32_t t = toks[0];
         double t0 = now();
@@ -82,7 +84,7 @@ int main(int argc, char **argv)
         }
         v[r] = ng / (now() - t0);
     }
-    row(label, "tg64", v, reps);
+    if (strstr(only, "tg64")) row(label, "tg64", v, reps);
     free(logits);
     fwd_destroy(c);
     model_destroy(m);

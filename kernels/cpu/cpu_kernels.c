@@ -502,6 +502,9 @@ void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, s
     }
     int s = checked_slot(t, n);
     if (r0 >= r1 || n_tok == 0) return;
+    if (t == TENSOR_Q4_0 && active() != &g_sets[CPU_ISA_SCALAR] &&
+        quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
+        return;
     active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
 }
 

@@ -310,6 +310,10 @@ static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0,
         float m = 0.0f;
         const unsigned char *pw;
         switch (t) {
+        case TENSOR_Q4_0:
+            pw = row + (b0 + b) * 18;
+            q = _mm256_sub_epi8(nibbles16(pw + 2), _mm256_set1_epi8(8));
+            break;
         case TENSOR_Q4_1:
             pw = row + (b0 + b) * 20;
             q = nibbles16(pw + 4);
@@ -546,11 +550,12 @@ static void pg_tile_rt(int R, int sub16, int has_min, size_t nb, const struct pg
     PG_TILE_R(0, 0)
 }
 
-/* 1 for the weight types the panel GEMM takes (Q2_K, whose mins are per 16 weights, is not one). */
+/* 1 for the weight types the panel GEMM takes: not Q2_K, whose mins are per 16 weights, nor
+ * Q8_0, whose own GEMM (kernels_avx2.c) needs no unpacking. */
 static int pg_type(enum tensor_type t)
 {
     switch (t) {
-    case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
     case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
     default: return 0;
     }
@@ -568,6 +573,11 @@ int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, si
     static __thread struct pg_group groups[PG_TOK / 4];
     static __thread struct pg_row panel[PG_ROWS];
     float v[PG_ROWS][4];
+    if (nb == 0) { /* an empty dot is 0 */
+        for (size_t j = 0; j < n_tok; j++)
+            for (size_t r = r0; r < r1; r++) y[j * ys + r] = 0.0f;
+        return 1;
+    }
     for (size_t t0 = 0; t0 < n_tok; t0 += PG_TOK) {
         const size_t nt = n_tok - t0 < PG_TOK ? n_tok - t0 : PG_TOK, ng = (nt + 3) / 4;
         for (size_t b0 = 0; b0 < nb; b0 += PG_BLK) {

@@ -303,17 +303,17 @@ static void test_simd(enum tensor_type t, enum cpu_isa best)
 }
 
 /* The multi-token GEMM (weight panels of 8 rows x 32 blocks, 64 tokens per chunk, groups of 4)
- * on shapes that cut every one of those: 19 rows sliced to [3, 19), tokens 2..37, 40 blocks of
- * 32 (a partial second block chunk; 37 tokens: one chunk, a partial group). Each result against the scalar reference dot within
+ * on shapes that cut every one of those: 19 rows sliced to [3, 19), tokens 2..70, 40 blocks of
+ * 32 (a partial second block chunk; 70 tokens: a second chunk, a partial group). Each result against the scalar reference dot within
  * (blocks + 4) * FLT_EPSILON * S (the panel sums per block in float, the reference per
  * super-block in int32); y outside the slice and past the last token stays untouched. */
 #define TG_ROWS 19
 #define TG_STRIDE 23
-#define TG_TOK 37
+#define TG_TOK 70
 
 static void test_gemm_tiles(enum tensor_type t, enum cpu_isa best)
 {
-    static const size_t toks[] = {2, 3, 4, 5, 8, 13, 31, 32, 33, 37};
+    static const size_t toks[] = {2, 3, 4, 5, 8, 13, 31, 32, 33, 63, 64, 65, 70};
     const size_t be = tensor_block_elems(t), bb = tensor_block_bytes(t), n = 40 * 32, nb = n / be;
     uint64_t abytes = 0;
     tensor_nbytes(cpu_vec_dot_type(t), n, &abytes);
@@ -375,7 +375,7 @@ int main(void)
 {
     const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AVX512);
     fprintf(stderr, "test_quants: ISAs scalar..%s\n", cpu_isa_name(best));
-    static const enum tensor_type types[] = {TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_IQ4_NL, TENSOR_Q2_K,
+    static const enum tensor_type types[] = {TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_IQ4_NL, TENSOR_Q2_K,
                                              TENSOR_Q3_K, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K, TENSOR_IQ4_XS};
     for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
         cpu_kernels_set_isa((enum cpu_isa)isa); /* dequantization is the same on every ISA */
