@@ -11,9 +11,9 @@ mkdir -p "$MODELS"
 shape="--arch qwen2 --layers 24 --dim 896 --heads 14 --kv-heads 2 --ffn 4864 --vocab-size 151936 --tied"
 # TYPES: the model rows to print (q4_k_m is made by attnd quantize from the f16 model, as a user
 # would make one); MODELS_ONLY=1 skips the other benchmarks (a quick check of the model rows)
-TYPES=${TYPES:-q8_0 f16 q4_k_m}
+TYPES=${TYPES:-q8_0 q4_0 f16 q4_k_m}
 has() { case " $TYPES " in *" $1 "*) return 0;; esac; return 1; }
-for t in q8_0 f16; do # q8_0 also feeds bench_sched, f16 also feeds the quantizer
+for t in q8_0 q4_0 f16; do # q8_0 also feeds bench_sched, f16 also feeds the quantizer
   has "$t" || { [ "$t" = q8_0 ] && [ "${MODELS_ONLY:-0}" != 1 ]; } || { [ "$t" = f16 ] && has q4_k_m; } || continue
   f=$MODELS/qwen2.5-0.5b-shape-$t.gguf
   [ -f "$f" ] || "$ATTND" mkmodel -o "$f" $shape --type "$t" --seed 7
@@ -24,18 +24,54 @@ if has q4_k_m && [ ! -f "$q4" ]; then # written under another name first: an int
     || { tail -n 3 "$q4.log" >&2; exit 1; }
   mv "$q4.tmp" "$q4"
 fi
+# one bench_model run: "test tokens/s" lines
+attnd_once() { "$BUILD/bench/bench_model" "$1" "$THREADS" 1 x | awk -F'|' '$3 ~ /pp|tg/ {gsub(/ /, "", $3); print $3, $4 + 0}'; }
+# one llama-bench run over the same tests: "test tokens/s" lines
+ref_once() {
+  "$REF_BIN/llama-bench" -m "$1" -t "$THREADS" -p 128,512 -n 64 -r 1 -o md 2>/dev/null |
+    awk -F'|' 'NF > 3 && $(NF-2) ~ /pp|tg/ {t = $(NF-2); gsub(/ /, "", t); split($(NF-1), v, " "); print t, v[1] + 0}'
+}
+median_of() { sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo
-echo "## Model speed (CPU, $THREADS threads, tokens/s: median, min, max of $REPS runs)"
-echo
-echo "| model                  | test     |    median |       min |       max |"
-echo "|------------------------|----------|-----------|-----------|-----------|"
-for t in $TYPES; do
-  # drop nothing from the page cache: load MB/s is from memory, as on a warm server
-  "$BUILD/bench/bench_model" "$MODELS/qwen2.5-0.5b-shape-$t.gguf" "$THREADS" "$REPS" "qwen2.5-0.5b-shape $t"
-done
-echo
-echo "Reference engine, 2 threads, as measured on other machines (README): 2026-11-29 q8_0 pp128 370, tg 59; f16 pp128 417, tg 49;"
-echo "2026-12-02 (AMD EPYC, AVX2) q8_0 pp128 109, tg 25; q4_k_m pp128 82-102, tg 27-31 tokens/s. Ratios only hold within one run."
+if [ -n "${REF_BIN:-}" ]; then
+  [ -x "$REF_BIN/llama-bench" ] || { echo "run.sh: REF_BIN=$REF_BIN holds no llama-bench" >&2; exit 1; }
+  # attnd and the reference alternate run by run on the same file, so a minute of a busy
+  # machine slows both; medians of $REPS runs each
+  echo "## Model speed beside the reference engine ($THREADS threads, tokens/s, median of $REPS interleaved runs each)"
+  echo
+  flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -E 'avx2|avx512f|avx512_vnni|avx512_bf16|amx_int8|amx_bf16' | tr '\n' ' ')
+  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') ($flags); reference: $REF_BIN; $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "| model                     | test     |     attnd | reference |  ratio |"
+  echo "|---------------------------|----------|-----------|-----------|--------|"
+  tmp=$(mktemp -d)
+  for t in $TYPES; do
+    f=$MODELS/qwen2.5-0.5b-shape-$t.gguf
+    for r in $(seq "$REPS"); do
+      attnd_once "$f" >>"$tmp/a.$t"
+      ref_once "$f" >>"$tmp/r.$t"
+    done
+    for test in pp128 pp512 tg64; do
+      a=$(awk -v t=$test '$1 == t {print $2}' "$tmp/a.$t" | median_of)
+      b=$(awk -v t=$test '$1 == t {print $2}' "$tmp/r.$t" | median_of)
+      printf "| %-25s | %-8s | %9s | %9s | %5sx |\n" "qwen2.5-0.5b-shape $t" "$test" "$a" "$b" \
+        "$(awk -v a="$a" -v b="$b" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')"
+    done
+  done
+  rm -rf "$tmp"
+else
+  echo "## Model speed (CPU, $THREADS threads, tokens/s: median, min, max of $REPS runs)"
+  echo
+  echo "| model                  | test     |    median |       min |       max |"
+  echo "|------------------------|----------|-----------|-----------|-----------|"
+  for t in $TYPES; do
+    # drop nothing from the page cache: load MB/s is from memory, as on a warm server
+    "$BUILD/bench/bench_model" "$MODELS/qwen2.5-0.5b-shape-$t.gguf" "$THREADS" "$REPS" "qwen2.5-0.5b-shape $t"
+  done
+  echo
+  echo "No reference engine in this run: REF_BIN=/path/to/llama.cpp/build/bin (holding llama-bench and llama-server)"
+  echo "prints it beside attnd, interleaved, with the ratio. Ratios only hold within one run on one machine."
+fi
 [ "${MODELS_ONLY:-0}" = 1 ] && exit 0
 for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] && [ "${b%.d}" = "$b" ] || continue

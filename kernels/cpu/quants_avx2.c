@@ -482,9 +482,16 @@ static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t
     }
 }
 
-/* ---- the tile: R panel rows x one group of 4 tokens over nb blocks; v[ri][l] = the dot */
+/* ---- the tile: R panel rows x one group of 4 tokens over nb blocks; v[ri][l] = the dot
+ *
+ * Kinds of panel: PG_WIDE (|q| up to 127: IQ4), PG_NARROW (|q| <= 32: the 4-, 5- and 6-bit
+ * types), PG_MIN (narrow with a min) and PG_SUB16 (narrow with integer sub-scales per 16). For
+ * narrow weights a maddubs pair sum is at most 2 * 32 * 127 = 8128, so the four k-chunks' (or,
+ * with sub-scales, each half's two) sums add in int16 (<= 32512) before a single madd: 5 (or 6)
+ * multiplies per row and block instead of 8. */
+enum pg_kind { PG_WIDE, PG_NARROW, PG_MIN, PG_SUB16 };
 
-static inline __attribute__((always_inline)) void pg_tile(int R, int sub16, int has_min, size_t nb,
+static inline __attribute__((always_inline)) void pg_tile(int R, enum pg_kind kind, size_t nb,
                                                           const struct pg_row *w, const struct pg_group *g,
                                                           float v[PG_ROWS][4])
 {
@@ -500,20 +507,26 @@ static inline __attribute__((always_inline)) void pg_tile(int R, int sub16, int 
 #pragma GCC unroll 8
         for (int ri = 0; ri < R; ri++) {
             const struct pg_row *wr = w + ri;
-            __m256i m = _mm256_setzero_si256();
-            const __m256i isc0 = sub16 ? _mm256_set1_epi16(wr->isc[b][0]) : ones;
-            const __m256i isc1 = sub16 ? _mm256_set1_epi16(wr->isc[b][1]) : ones;
+            __m256i p[4];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 long long w8;
                 memcpy(&w8, wr->q[b] + 8 * k, 8);
-                __m256i t = _mm256_sign_epi8(_mm256_set1_epi64x(w8),
-                                             _mm256_load_si256((const __m256i *)(const void *)g->x[b][k]));
-                t = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], t), k < 2 ? isc0 : isc1);
-                m = k ? _mm256_add_epi32(m, t) : t;
+                p[k] = _mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(_mm256_set1_epi64x(w8),
+                                                                    _mm256_load_si256((const __m256i *)(const void *)g->x[b][k])));
+            }
+            __m256i m;
+            if (kind == PG_WIDE) {
+                m = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)),
+                                     _mm256_add_epi32(_mm256_madd_epi16(p[2], ones), _mm256_madd_epi16(p[3], ones)));
+            } else if (kind == PG_SUB16) {
+                m = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_set1_epi16(wr->isc[b][0])),
+                                     _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), _mm256_set1_epi16(wr->isc[b][1])));
+            } else {
+                m = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), ones);
             }
             acc[ri] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_set1_ps(wr->s[b]), s8), acc[ri]);
-            if (has_min)
+            if (kind == PG_MIN)
                 acc[ri] = _mm256_fnmadd_ps(_mm256_set1_ps(wr->m[b]), _mm256_load_ps(g->as8[b]), acc[ri]);
         }
     }
@@ -529,25 +542,38 @@ static inline __attribute__((always_inline)) void pg_tile(int R, int sub16, int 
     }
 }
 
-/* constant R, sub16 and has_min per call so the tile unrolls into registers */
-#define PG_TILE_R(S, M)                                                                    \
+/* constant R and kind per call so the tile unrolls into registers */
+#define PG_TILE_R(K)                                                                       \
     switch (R) {                                                                           \
-    case 1: pg_tile(1, S, M, nb, w, g, v); return;                                         \
-    case 2: pg_tile(2, S, M, nb, w, g, v); return;                                         \
-    case 3: pg_tile(3, S, M, nb, w, g, v); return;                                         \
-    case 4: pg_tile(4, S, M, nb, w, g, v); return;                                         \
-    case 5: pg_tile(5, S, M, nb, w, g, v); return;                                         \
-    case 6: pg_tile(6, S, M, nb, w, g, v); return;                                         \
-    case 7: pg_tile(7, S, M, nb, w, g, v); return;                                         \
-    default: pg_tile(8, S, M, nb, w, g, v); return;                                        \
+    case 1: pg_tile(1, K, nb, w, g, v); return;                                            \
+    case 2: pg_tile(2, K, nb, w, g, v); return;                                            \
+    case 3: pg_tile(3, K, nb, w, g, v); return;                                            \
+    case 4: pg_tile(4, K, nb, w, g, v); return;                                            \
+    case 5: pg_tile(5, K, nb, w, g, v); return;                                            \
+    case 6: pg_tile(6, K, nb, w, g, v); return;                                            \
+    case 7: pg_tile(7, K, nb, w, g, v); return;                                            \
+    default: pg_tile(8, K, nb, w, g, v); return;                                           \
     }
 
-static void pg_tile_rt(int R, int sub16, int has_min, size_t nb, const struct pg_row *w, const struct pg_group *g,
+static void pg_tile_rt(int R, enum pg_kind kind, size_t nb, const struct pg_row *w, const struct pg_group *g,
                        float v[PG_ROWS][4])
 {
-    if (sub16) PG_TILE_R(1, 0)
-    if (has_min) PG_TILE_R(0, 1)
-    PG_TILE_R(0, 0)
+    switch (kind) {
+    case PG_WIDE: PG_TILE_R(PG_WIDE)
+    case PG_NARROW: PG_TILE_R(PG_NARROW)
+    case PG_MIN: PG_TILE_R(PG_MIN)
+    default: PG_TILE_R(PG_SUB16)
+    }
+}
+
+static enum pg_kind pg_kind_of(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_IQ4_NL: case TENSOR_IQ4_XS: return PG_WIDE;
+    case TENSOR_Q4_1: case TENSOR_Q5_1: case TENSOR_Q4_K: case TENSOR_Q5_K: return PG_MIN;
+    case TENSOR_Q3_K: case TENSOR_Q6_K: return PG_SUB16;
+    default: return PG_NARROW;
+    }
 }
 
 /* 1 for the weight types the panel GEMM takes: not Q2_K, whose mins are per 16 weights, nor
@@ -566,8 +592,8 @@ int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, si
 {
     if (!pg_type(t) || n_tok < 2) return 0;
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
-    const int sub16 = t == TENSOR_Q6_K || t == TENSOR_Q3_K;
-    const int has_min = t == TENSOR_Q4_1 || t == TENSOR_Q5_1 || t == TENSOR_Q4_K || t == TENSOR_Q5_K;
+    const enum pg_kind kind = pg_kind_of(t);
+    const int has_min = kind == PG_MIN;
     const unsigned char *pw = w, *pa = a;
     const size_t nb = n / 32;
     static __thread struct pg_group groups[PG_TOK / 4];
@@ -587,7 +613,7 @@ int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, si
                 const int R = r1 - r < PG_ROWS ? (int)(r1 - r) : PG_ROWS;
                 for (int ri = 0; ri < R; ri++) pg_unpack(t, pw + (r + (size_t)ri) * wrb, b0, nbc, &panel[ri]);
                 for (size_t gi = 0; gi < ng; gi++) {
-                    pg_tile_rt(R, sub16, has_min, nbc, panel, &groups[gi], v);
+                    pg_tile_rt(R, kind, nbc, panel, &groups[gi], v);
                     for (size_t l = 0; l < 4 && t0 + 4 * gi + l < n_tok; l++) {
                         float *yo = y + (t0 + 4 * gi + l) * ys + r;
                         for (int ri = 0; ri < R; ri++) yo[ri] = (b0 ? yo[ri] : 0.0f) + v[ri][l];
