@@ -446,10 +446,6 @@ INLINE void gemm_quant(int q4, size_t n, const void *w, size_t wrb, size_t r0, s
         gemm_q8_il(nb, pw, wrb, r0, r1, pa, arb, n_tok, y, ys);
         return;
     }
-    if (!q4 && n_tok >= 4) {
-        gemm_q8_il(nb, pw, wrb, r0, r1, pa, arb, n_tok, y, ys);
-        return;
-    }
     if (n_tok == 1) {
         /* matrix-vector: the same scale buffer, flat, one f32 scale per block */
         float *sa = scales[0][0];
@@ -458,6 +454,8 @@ INLINE void gemm_quant(int q4, size_t n, const void *w, size_t wrb, size_t r0, s
             size_t nbc = nb - b0 < chunk ? nb - b0 : chunk;
             for (size_t b = 0; b < nbc; b++) sa[b] = ld_f16(pa + (b0 + b) * CPU_Q8_0_BYTES);
             const unsigned char *ac = pa + b0 * CPU_Q8_0_BYTES;
+            /* one row after the other: the weights stream in address order (several rows at
+             * once, sharing the activation loads, measured 40 % slower: interleaved streams) */
             for (size_t r = r0; r < r1; r++) {
                 float v = dot_quant(q4, nbc, pw + r * wrb + b0 * wbb, ac, sa);
                 y[r] = b0 ? y[r] + v : v;
