@@ -454,11 +454,14 @@ void cpu_quantize_row_q4_0(const float *x, void *dst, size_t n)
 }
 
 /* F32/F16/BF16 weights: copies x (dst may equal x). Q8_0 activations: cpu_quantize_row_q8_0;
- * Q8_K: quants_quantize_row_q8_k. */
+ * Q8_K: quants_quantize_row_q8_k (or its AVX2 twin, the same bits). */
 void cpu_prepare_row(enum tensor_type t, const float *x, void *dst, size_t n)
 {
     if (quants_fn(t, n, 1)) {
-        if (quants_dot_type(t) == TENSOR_Q8_K) quants_quantize_row_q8_k(x, dst, n);
+        if (quants_dot_type(t) == TENSOR_Q8_K) {
+            if (active() == &g_sets[CPU_ISA_SCALAR]) quants_quantize_row_q8_k(x, dst, n);
+            else quants_avx2_quantize_row_q8_k(x, dst, n);
+        }
         else active()->quantize_q8_0(x, dst, n);
         return;
     }

@@ -135,6 +135,8 @@ void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes
  * quants_dot_ref_fn's within float rounding. */
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* Bit-identical to quants_quantize_row_q8_k. */
+void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n);
 float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a);
 float quants_avx2_dot_q5_0(size_t n, const void *w, const void *a);
 float quants_avx2_dot_q5_1(size_t n, const void *w, const void *a);

@@ -9,6 +9,8 @@
 #include "kernels/cpu/cpu_kernels_impl.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 /* ---- helpers ---- */
 
@@ -268,6 +270,62 @@ float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a)
         acc = k_acc(acc, ld_h(pw) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
+}
+
+/* ---- Q8_K activations: the bits of quants_quantize_row_q8_k ----
+ * amax by vmaxps with the data first (a NaN lane keeps the running max, as the scalar's
+ * comparison skips NaN), mx = the first element of that magnitude, then the same product
+ * iscale * x, rounded to nearest even, clamped to [-127, 127] (NaN to -127). */
+void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
+{
+    unsigned char *out = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n / QUANTS_QK_K; b++, x += QUANTS_QK_K, out += QUANTS_Q8_K_BYTES) {
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < QUANTS_QK_K; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        int8_t *q = (int8_t *)(void *)(out + 4);
+        float d = 0.0f;
+        if (amax == 0.0f) {
+            memset(q, 0, QUANTS_QK_K);
+        } else {
+            float mx = 0.0f;
+            for (int i = 0; i < QUANTS_QK_K; i++)
+                if (fabsf(x[i]) == amax) {
+                    mx = x[i];
+                    break;
+                }
+            const float iscale = -127.0f / mx;
+            const __m256 vs = _mm256_set1_ps(iscale), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+            for (int i = 0; i < QUANTS_QK_K; i += 32) {
+                __m256i v[4];
+                for (int k = 0; k < 4; k++) {
+                    __m256 r = _mm256_round_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + i + 8 * k)),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    v[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+                }
+                /* packs work per 128-bit lane: restore element order with one dword permute */
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+                p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256((__m256i *)(void *)(q + i), p);
+            }
+            d = 1.0f / iscale;
+        }
+        memcpy(out, &d, 4);
+        const __m256i ones8 = _mm256_set1_epi8(1);
+        for (int s = 0; s < 16; s += 2) { /* sums of each 16 */
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(q + 16 * s));
+            /* |q| <= 127: maddubs(1, q) pairs, then madd to 8 sums of 4, hadd to sums of 16 */
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qv), _mm256_set1_epi16(1));
+            __m128i t = _mm_hadd_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            t = _mm_hadd_epi32(t, t);
+            int16_t bs[2] = {(int16_t)_mm_cvtsi128_si32(t), (int16_t)_mm_extract_epi32(t, 1)};
+            memcpy(out + 4 + QUANTS_QK_K + 2 * s, bs, sizeof bs);
+        }
+    }
 }
 
 /* ================================================================ multi-token GEMM
@@ -596,8 +654,8 @@ int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, si
     const int has_min = kind == PG_MIN;
     const unsigned char *pw = w, *pa = a;
     const size_t nb = n / 32;
-    static __thread struct pg_group groups[PG_TOK / 4];
-    static __thread struct pg_row panel[PG_ROWS];
+    struct pg_group groups[PG_TOK / 4]; /* 160 KiB of stack (the Q8_0 GEMM takes ~80) */
+    struct pg_row panel[PG_ROWS];
     float v[PG_ROWS][4];
     if (nb == 0) { /* an empty dot is 0 */
         for (size_t j = 0; j < n_tok; j++)

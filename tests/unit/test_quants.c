@@ -371,6 +371,32 @@ static void test_gemm_tiles(enum tensor_type t, enum cpu_isa best)
     free(w), free(a), free(x), free(wd), free(ad), free(y), free(ref), free(tol);
 }
 
+/* Q8_K quantization on every ISA gives the scalar's bits: Gaussian-ish rows, a +m/-m tie (the
+ * first wins), an all-zero block, NaN and infinity lanes, values that round at .5. */
+static void test_q8_k_isa(enum cpu_isa best)
+{
+    enum { N = 6 * 256 };
+    static float x[N];
+    static unsigned char want[6 * 292], got[6 * 292];
+    for (int i = 0; i < N; i++) x[i] = rndf() * (float)(1 + i % 7);
+    x[5] = 9.0f, x[77] = -9.0f;                     /* block 0: tie, +9 first */
+    x[256 + 3] = -9.0f, x[256 + 200] = 9.0f;        /* block 1: tie, -9 first */
+    for (int i = 512; i < 768; i++) x[i] = 0.0f;    /* block 2: zero */
+    x[768 + 10] = NAN;                              /* block 3: NaN skipped by the max */
+    x[1024 + 20] = INFINITY;                        /* block 4: inf max */
+    for (int i = 1280; i < 1536; i++) x[i] = (float)(i % 255 - 127) * 0.5f; /* block 5: exact .5 products */
+    cpu_kernels_set_isa(CPU_ISA_SCALAR);
+    cpu_prepare_row(TENSOR_Q4_K, x, want, N);
+    for (int isa = CPU_ISA_SCALAR + 1; isa <= (int)best; isa++) {
+        cpu_kernels_set_isa((enum cpu_isa)isa);
+        memset(got, 0xaa, sizeof got);
+        cpu_prepare_row(TENSOR_Q4_K, x, got, N);
+        for (int b = 0; b < 6; b++)
+            T_CHECK(memcmp(got + 292 * b, want + 292 * b, 292) == 0, "q8_k %s block %d differs from scalar",
+                    cpu_isa_name((enum cpu_isa)isa), b);
+    }
+}
+
 int main(void)
 {
     const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AVX512);
@@ -385,6 +411,7 @@ int main(void)
         test_dequant_iq4_xs();
         test_q8_k();
     }
+    test_q8_k_isa(best);
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         T_CHECK(cpu_type_supported(types[i]), "%s supported", tensor_type_name(types[i]));
         test_simd(types[i], best);
