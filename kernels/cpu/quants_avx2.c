@@ -7,6 +7,7 @@
  * then multiplied by the sub-block scales in madd, so a super-block's sum is exact in int32
  * as in the scalar reference. Only the float sum over blocks differs in order. */
 #include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/kernels_simd.h" /* ld_f16: an f16 through F16C, not quants_ld_f16's call */
 
 #include <immintrin.h>
 #include <math.h>
@@ -16,14 +17,6 @@
 
 static inline __m256i loadu256(const unsigned char *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
 static inline __m128i loadu128(const unsigned char *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
-
-/* An f16 at any alignment through F16C (quants_ld_f16's bits: both are exact), not a call. */
-static inline float ld_h(const unsigned char *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return _cvtsh_ss(v);
-}
 
 static inline float ld_f32(const unsigned char *p)
 {
@@ -90,7 +83,7 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
     const __m256i tbl = iq4_table();
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (size_t b = 0; b < n / 32; b++, pw += bytes[k], pa += CPU_Q8_0_BYTES) {
-        const float d = ld_h(pw) * ld_h(pa);
+        const float d = ld_f16(pw) * ld_f16(pa);
         const __m256i av = loadu256(pa + 2);
         __m256i p;
         switch (k) {
@@ -102,7 +95,7 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
         if (k == K_Q4_1 || k == K_Q5_1) {
-            const float m = ld_h(pw + 2) * ld_h(pa);
+            const float m = ld_f16(pw + 2) * ld_f16(pa);
             const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, av), ones);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), accm);
         }
@@ -150,8 +143,8 @@ float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s] & 0x0f, sc[s + 1] & 0x0f)));
             }
         }
-        acc = k_acc(acc, ld_h(pw + 80) * da, sumi);
-        tail -= ld_h(pw + 82) * da * (float)summ;
+        acc = k_acc(acc, ld_f16(pw + 80) * da, sumi);
+        tail -= ld_f16(pw + 82) * da * (float)summ;
     }
     return hsum_ps(acc) + tail;
 }
@@ -180,7 +173,7 @@ float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
         }
-        acc = k_acc(acc, ld_h(pw + 108) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_f16(pw + 108) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
@@ -213,8 +206,8 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * k])));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * k + 1])));
         }
-        acc = k_acc(acc, ld_h(pw) * da, sumi);
-        tail -= ld_h(pw + 2) * da * (float)summ;
+        acc = k_acc(acc, ld_f16(pw) * da, sumi);
+        tail -= ld_f16(pw + 2) * da * (float)summ;
     }
     return hsum_ps(acc) + tail;
 }
@@ -247,7 +240,7 @@ float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
         }
-        acc = k_acc(acc, ld_h(pw + 208) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_f16(pw + 208) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
@@ -267,7 +260,7 @@ float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a)
             const __m256i p = pairs_s8(wq, loadu256(qa + 32 * s));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
         }
-        acc = k_acc(acc, ld_h(pw) * ld_f32(pa), sumi);
+        acc = k_acc(acc, ld_f16(pw) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
@@ -375,7 +368,7 @@ static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0,
         case TENSOR_Q4_1:
             pw = row + (b0 + b) * 20;
             q = nibbles16(pw + 4);
-            m = -ld_h(pw + 2);
+            m = -ld_f16(pw + 2);
             break;
         case TENSOR_Q5_0:
             pw = row + (b0 + b) * 22;
@@ -384,7 +377,7 @@ static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0,
         case TENSOR_Q5_1:
             pw = row + (b0 + b) * 24;
             q = _mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4));
-            m = -ld_h(pw + 2);
+            m = -ld_f16(pw + 2);
             break;
         default: /* IQ4_NL */
             pw = row + (b0 + b) * 18;
@@ -392,7 +385,7 @@ static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0,
             break;
         }
         store_q(o->q[b], q);
-        o->s[b] = ld_h(pw);
+        o->s[b] = ld_f16(pw);
         o->m[b] = m;
     }
 }
@@ -405,7 +398,7 @@ static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, siz
         const unsigned char *pw = row + (b0 / 8 + sb) * bb, *qs = pw + (has_qh ? 48 : 16);
         int16_t sc[8], mn[8];
         quants_k4_scales(pw + 4, sc, mn);
-        const float d = ld_h(pw), dmin = ld_h(pw + 2);
+        const float d = ld_f16(pw), dmin = ld_f16(pw + 2);
         const __m256i qh = has_qh ? loadu256(pw + 16) : _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
             const __m256i q = loadu256(qs + 32 * k);
@@ -427,7 +420,7 @@ static void pg_unpack_q6_k(const unsigned char *row, size_t b0, size_t nb, struc
     for (size_t sb = 0; sb < nb / 8; sb++) {
         const unsigned char *pw = row + (b0 / 8 + sb) * 210;
         const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
-        const float d = ld_h(pw + 208);
+        const float d = ld_f16(pw + 208);
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = loadu256(pw + 64 * h), ql1 = loadu256(pw + 64 * h + 32), qh = loadu256(pw + 128 + 32 * h);
             __m256i g[4];
@@ -457,7 +450,7 @@ static void pg_unpack_q3_k(const unsigned char *row, size_t b0, size_t nb, struc
         const unsigned char *pw = row + (b0 / 8 + sb) * 110;
         int16_t sc[16];
         quants_q3_k_scales(pw + 96, sc);
-        const float d = ld_h(pw + 108);
+        const float d = ld_f16(pw + 108);
         const __m256i hm = loadu256(pw);
         for (int h = 0; h < 2; h++) {
             const __m256i q = loadu256(pw + 32 + 32 * h);
@@ -483,7 +476,7 @@ static void pg_unpack_iq4_xs(const unsigned char *row, size_t b0, size_t nb, str
         const unsigned char *pw = row + (b0 / 8 + sb) * 136;
         int16_t sc[8];
         quants_iq4_xs_scales(pw, sc);
-        const float d = ld_h(pw);
+        const float d = ld_f16(pw);
         for (int s = 0; s < 8; s++) {
             store_q(o->q[8 * sb + s], _mm256_shuffle_epi8(tbl, nibbles16(pw + 8 + 16 * s)));
             o->s[8 * sb + s] = d * sc[s];
@@ -523,7 +516,7 @@ static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t
                     qa = (const int8_t *)(const void *)(sbp + 4 + 32 * (blk % 8));
                     sum = q8k_bsum(sbp, (int)(2 * (blk % 8))) + q8k_bsum(sbp, (int)(2 * (blk % 8) + 1));
                 } else {
-                    d = ld_h(row + blk * CPU_Q8_0_BYTES);
+                    d = ld_f16(row + blk * CPU_Q8_0_BYTES);
                     qa = (const int8_t *)(const void *)(row + blk * CPU_Q8_0_BYTES + 2);
                     if (need_sum)
                         for (int i = 0; i < 32; i++) sum += qa[i];
