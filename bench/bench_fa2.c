@@ -20,27 +20,9 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
+#include "bench/bench_util.h"
 
 #define COLD_BYTES (96u << 20) /* pools cycled through for the cold timing: 3x a 32 MiB L3 */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
 
@@ -102,11 +84,11 @@ static double time_attend(struct tpool *pool, struct fa2_args *a, uint16_t **k, 
     for (int i = 0; i < reps + 3; i++) {
         a->k = k[i % n_pools];
         a->v = v[i % n_pools];
-        double t0 = now();
+        double t0 = bench_now();
         fa2_attend(pool, a);
-        if (i >= 3) t[i - 3] = (now() - t0) * 1e3;
+        if (i >= 3) t[i - 3] = (bench_now() - t0) * 1e3;
     }
-    const double med = median(t, reps); /* sorts t */
+    const double med = bench_median(t, reps); /* sorts t */
     if (best) *best = t[0];
     return med;
 }
@@ -137,12 +119,12 @@ static double read_bandwidth(struct tpool *pool)
     double t[5];
     tpool_run(pool, bw_run, &b);
     for (int i = 0; i < 5; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         tpool_run(pool, bw_run, &b);
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
     free(buf);
-    return (double)COLD_BYTES / median(t, 5) / 1e9;
+    return (double)COLD_BYTES / bench_median(t, 5) / 1e9;
 }
 
 static void bench_decode(struct tpool *pool, int threads, int reps)

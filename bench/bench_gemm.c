@@ -16,22 +16,10 @@
 #include "attnd/quantize.h"
 #include "attnd/tensor.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "bench/bench_util.h"
 
 #define ROWS 896
 #define COLS 4864
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
@@ -93,11 +81,11 @@ int main(int argc, char **argv)
                 size_t rows = isa == CPU_ISA_SCALAR && toks[k] > 1 ? ROWS / 16 : ROWS;
                 cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS); /* warm-up */
                 for (int r = 0; r < n; r++) {
-                    double t0 = now();
+                    double t0 = bench_now();
                     cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS);
-                    v[r] = (double)rows * COLS * (double)toks[k] / (now() - t0) * 1e-9;
+                    v[r] = (double)rows * COLS * (double)toks[k] / (bench_now() - t0) * 1e-9;
                 }
-                qsort(v, (size_t)n, sizeof *v, cmp_d);
+                qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
                 rate[k] = v[n / 2];
             }
             printf("| %-7s | %-7s | %12.2f | %7.2f | %8.2f | %10.2f |\n", tensor_type_name(t),

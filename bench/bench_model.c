@@ -9,23 +9,11 @@
 #include "attnd/forward.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench/bench_util.h"
 
 static void row(const char *model, const char *test, double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
     printf("| %-22s | %-8s | %9.1f | %9.1f | %9.1f |\n", model, test, v[n / 2], v[0], v[n - 1]);
     fflush(stdout);
 }
@@ -67,9 +55,9 @@ int main(int argc, char **argv)
         fwd_eval(c, toks, 16, false, logits); /* warm-up */
         for (int r = 0; r < reps; r++) {
             fwd_reset(c);
-            double t0 = now();
+            double t0 = bench_now();
             fwd_eval(c, toks, pp[k], false, logits);
-            v[r] = pp[k] / (now() - t0);
+            v[r] = pp[k] / (bench_now() - t0);
         }
         row(label, name, v, reps);
     }
@@ -77,12 +65,12 @@ int main(int argc, char **argv)
     for (int r = 0; r < reps && strstr(only, "tg64"); r++) {
         fwd_reset(c);
         int32_t t = toks[0];
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < ng; i++) {
             fwd_eval(c, &t, 1, false, logits);
             t = toks[(i + 1) % 512];
         }
-        v[r] = ng / (now() - t0);
+        v[r] = ng / (bench_now() - t0);
     }
     if (strstr(only, "tg64")) row(label, "tg64", v, reps);
     free(logits);

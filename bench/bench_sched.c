@@ -19,6 +19,7 @@
 #include "attnd/model.h"
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
+#include "bench/bench_util.h"
 
 #define MAX_GEN 64
 
@@ -29,14 +30,13 @@ struct out {
     double t_tok[MAX_GEN]; /* when each token arrived */
 };
 
-static double now(void);
 
 static void on_ev(void *ud, const struct sched_event *ev)
 {
     struct out *o = ud;
     pthread_mutex_lock(&o->mu);
     if (ev->kind == SCHED_EV_TOKEN) {
-        if (o->n < MAX_GEN) o->t_tok[o->n] = now();
+        if (o->n < MAX_GEN) o->t_tok[o->n] = bench_now();
         o->n++;
     }
     else {
@@ -45,13 +45,6 @@ static void on_ev(void *ud, const struct sched_event *ev)
         o->done = 1;
     }
     pthread_mutex_unlock(&o->mu);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int all_done(struct out *o, int n)
@@ -116,7 +109,7 @@ int main(int argc, char **argv)
         int n = clients[k];
         /* distinct prompts per run: no prefix-cache hits between runs */
         for (int c = 0; c < n; c++) prompts[c][0] = (prompts[c][0] + 1 + k) % V;
-        double t0 = now();
+        double t0 = bench_now();
         for (int c = 0; c < n; c++) submit(s, prompts[c], 128, 64, &o[c]);
         uint64_t peak_blocks = 0;
         double waste_sum = 0;
@@ -132,7 +125,7 @@ int main(int argc, char **argv)
             usleep(2000);
         }
         double waste = samples ? waste_sum / samples : 0;
-        double wall = now() - t0, agg = n * 64 / wall;
+        double wall = bench_now() - t0, agg = n * 64 / wall;
         double per = 0;
         for (int c = 0; c < n; c++) per += o[c].gen_ms > 0 ? 63 / (o[c].gen_ms / 1e3) : 0;
         /* decode phase: from the moment every request has its first token (every prompt read)
@@ -159,14 +152,14 @@ int main(int argc, char **argv)
     /* prefix cache: the same 512-token prompt twice, 1 generated token */
     static int32_t longp[4096];
     for (int i = 0; i < 4096; i++) longp[i] = rand() % V;
-    double t0 = now();
+    double t0 = bench_now();
     submit(s, longp, 512, 1, &o[0]);
     while (!all_done(o, 1)) usleep(500);
-    double cold = now() - t0;
-    t0 = now();
+    double cold = bench_now() - t0;
+    t0 = bench_now();
     submit(s, longp, 512, 1, &o[0]);
     while (!all_done(o, 1)) usleep(500);
-    double warm = now() - t0;
+    double warm = bench_now() - t0;
     printf("\nPrefix cache: 512-token prompt, first token after %.1f ms cold, %.1f ms with the prefix cached (%.1fx)\n",
            cold * 1e3, warm * 1e3, cold / warm);
 

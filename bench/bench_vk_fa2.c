@@ -25,6 +25,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
+#include "bench/bench_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,24 +36,8 @@
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return bench_now() * 1e3;
 }
-
-static int cmp_d(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    if (n <= 0) return -1;
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static uint64_t g_rng = 88172645463325252ULL;
 static float rnd(void)
 {
@@ -131,8 +116,8 @@ static int run(struct vkb_device *dev, struct vkb_fa2 *f, struct tpool *pool, in
         wall_t[n++] = w;
     }
     r->runs = n;
-    r->dev_ms = dev_t[0] >= 0 ? median(dev_t, n) : -1;
-    r->wall_ms = median(wall_t, n);
+    r->dev_ms = dev_t[0] >= 0 ? bench_median(dev_t, n) : -1;
+    r->wall_ms = bench_median(wall_t, n);
     if ((st = vkb_buffer_read(dev, bo, 0, o, qn * 4))) goto done;
 
     /* the CPU kernel on the same pools */
@@ -151,7 +136,7 @@ static int run(struct vkb_device *dev, struct vkb_fa2 *f, struct tpool *pool, in
         if (i == 0) want = runs_for(cpu_t[0]);
     }
     r->cpu_runs = n;
-    r->cpu_ms = median(cpu_t, n);
+    r->cpu_ms = bench_median(cpu_t, n);
     for (size_t i = 0; i < qn; i++) {
         const double e = fabs((double)o[i] - (double)oc[i]);
         if (!(e <= r->diff)) r->diff = e; /* NaN sticks */

@@ -490,25 +490,22 @@ float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a
     return g_sets[CPU_ISA_SCALAR].dot[s](n, w, a);
 }
 
-/* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block. */
+/* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block.
+ * Two or more tokens of Q4_0 or a quants.c type (but Q2_K) take the int8 panel GEMM on any SIMD
+ * ISA; the rest the ISA's own GEMM, or the quants.c types' row-at-a-time one. */
 void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
               const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
     cpu_vec_dot_fn q = quants_fn(t, n, 0);
-    if (q) {
-        if (r0 >= r1 || n_tok == 0) return;
-        if (active() != &g_sets[CPU_ISA_SCALAR] &&
-            quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
-            return;
-        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-        return;
-    }
-    int s = checked_slot(t, n);
+    int s = q ? -1 : checked_slot(t, n);
     if (r0 >= r1 || n_tok == 0) return;
-    if (t == TENSOR_Q4_0 && active() != &g_sets[CPU_ISA_SCALAR] &&
+    if (active() != &g_sets[CPU_ISA_SCALAR] &&
         quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
         return;
-    active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    if (q)
+        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    else
+        active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
 }
 
 /* Scalar reference of cpu_gemm: one cpu_vec_dot_ref per output element. */

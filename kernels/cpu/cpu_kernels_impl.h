@@ -129,7 +129,7 @@ void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes
                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
 /* ---- AVX2 (quants_avx2.c) ---- */
-/* The multi-token GEMM of cpu_gemm for n_tok >= 2 and every supported type but Q2_K (weights
+/* The multi-token GEMM of cpu_gemm for n_tok >= 2, Q4_0 and every supported type but Q2_K (weights
  * unpacked to int8 panels once per 64 tokens, 8 rows x 4 tokens per tile); returns 0, doing
  * nothing, for any other type or n_tok. Sums in a different order than the dots: equal to
  * quants_dot_ref_fn's within float rounding. */

@@ -70,31 +70,71 @@ static inline __m256i iq4_table(void)
 /* scale s0 on the first 16 lanes' pair sums, s1 on the last 16 */
 static inline __m256i scale2(int16_t s0, int16_t s1) { return _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0)); }
 
-/* ---- 32-blocks against Q8_0 ---- */
+/* ---- weight decoders, shared by the dots and the panel unpacking ---- */
 
-/* One block's 32 weights as int8 and whether they are signed. */
-enum kind32 { K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL };
+/* One 32-block's weights as int8: Q4_0 and Q5_0 centred (q - 8, q - 16), Q4_1 and Q5_1 as the
+ * unsigned q (their min is applied apart), IQ4_NL through the codebook. */
+enum kind32 { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL };
+static const size_t k32_bytes[5] = {18, 20, 22, 24, 18};
+
+static inline int k32_unsigned(enum kind32 k) { return k == K_Q4_1 || k == K_Q5_1; }
+
+static inline __m256i w32(enum kind32 k, const unsigned char *pw)
+{
+    switch (k) {
+    case K_Q4_0: return _mm256_sub_epi8(nibbles16(pw + 2), _mm256_set1_epi8(8));
+    case K_Q4_1: return nibbles16(pw + 4);
+    case K_Q5_0: return _mm256_sub_epi8(_mm256_or_si256(nibbles16(pw + 6), fifth_bits(pw + 2)), _mm256_set1_epi8(16));
+    case K_Q5_1: return _mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4));
+    default: return _mm256_shuffle_epi8(iq4_table(), nibbles16(pw + 2));
+    }
+}
+
+/* Q4_K (has_qh 0) or Q5_K super-block at pw: sub-block 2k + hi (k 0..3, hi 0..1) as the
+ * unsigned q, 0..15 or 0..31 (the fifth bit is bit 2k + hi of qh[l]). */
+static inline __m256i q45k_sub(int has_qh, const unsigned char *pw, int k, int hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), q = loadu256(pw + (has_qh ? 48 : 16) + 32 * k);
+    __m256i v = hi ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+    if (has_qh)
+        v = _mm256_or_si256(
+            v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(loadu256(pw + 16), 2 * k + hi), _mm256_set1_epi8(1)), 4));
+    return v;
+}
+
+/* Q6_K super-block at pw: chunk k (0..3) of half h (0..1), 32 weights as q - 32. Low nibbles of
+ * ql[64h + 32(k%2) + l] for k < 2, high ones after; the top 2 bits are bits 2k of qh[32h + l]. */
+static inline __m256i q6k_chunk(const unsigned char *pw, int h, int k)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ql = loadu256(pw + 64 * h + 32 * (k & 1)), qh = loadu256(pw + 128 + 32 * h);
+    const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, top), _mm256_set1_epi8(32));
+}
+
+/* Q3_K super-block at pw: chunk j (0..3) of half h (0..1), 32 weights as q in -4..3 (the low 2
+ * bits from qs, minus 4 where bit 4h + j of hmask[l] is clear). */
+static inline __m256i q3k_chunk(const unsigned char *pw, int h, int j)
+{
+    const __m256i q = loadu256(pw + 32 + 32 * h), bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
+    const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(loadu256(pw), bit), _mm256_setzero_si256());
+    return _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3)),
+                           _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+}
+
+/* ---- 32-blocks against Q8_0 ---- */
 
 static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
 {
-    static const size_t bytes[4] = {20, 22, 24, 18};
     const unsigned char *pw = w, *pa = a;
     const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
-    const __m256i tbl = iq4_table();
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    for (size_t b = 0; b < n / 32; b++, pw += bytes[k], pa += CPU_Q8_0_BYTES) {
+    for (size_t b = 0; b < n / 32; b++, pw += k32_bytes[k], pa += CPU_Q8_0_BYTES) {
         const float d = ld_f16(pw) * ld_f16(pa);
-        const __m256i av = loadu256(pa + 2);
-        __m256i p;
-        switch (k) {
-        case K_Q4_1: p = pairs_u8(nibbles16(pw + 4), av); break;
-        case K_Q5_0: p = pairs_s8(_mm256_sub_epi8(_mm256_or_si256(nibbles16(pw + 6), fifth_bits(pw + 2)),
-                                                  _mm256_set1_epi8(16)), av); break;
-        case K_Q5_1: p = pairs_u8(_mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4)), av); break;
-        default: p = pairs_s8(_mm256_shuffle_epi8(tbl, nibbles16(pw + 2)), av); break;
-        }
+        const __m256i av = loadu256(pa + 2), wq = w32(k, pw);
+        const __m256i p = k32_unsigned(k) ? pairs_u8(wq, av) : pairs_s8(wq, av);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
-        if (k == K_Q4_1 || k == K_Q5_1) {
+        if (k32_unsigned(k)) {
             const float m = ld_f16(pw + 2) * ld_f16(pa);
             const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, av), ones);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), accm);
@@ -152,27 +192,18 @@ float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
 float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 110, pa += QUANTS_Q8_K_BYTES) {
         int16_t sc[16];
         quants_q3_k_scales(pw + 96, sc);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
-        const __m256i hm = loadu256(pw);
         __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = loadu256(pw + 32 + 32 * h);
+        for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++) {
                 const int s = 8 * h + 2 * j;
-                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
-                /* high bit clear -> subtract 4 */
-                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), zero);
-                const __m256i wq = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3),
-                                                   _mm256_and_si256(clear, four));
-                const __m256i p = pairs_s8(wq, loadu256(qa + 128 * h + 32 * j));
+                const __m256i p = pairs_s8(q3k_chunk(pw, h, j), loadu256(qa + 128 * h + 32 * j));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
-        }
         acc = k_acc(acc, ld_f16(pw + 108) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
@@ -183,7 +214,6 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
 {
     const unsigned char *pw = w, *pa = a;
     const size_t bb = has_qh ? 176 : 144;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     float tail = 0.0f;
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += bb, pa += QUANTS_Q8_K_BYTES) {
@@ -192,17 +222,11 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
         const float da = ld_f32(pa);
         int summ = 0;
         for (int s = 0; s < 8; s++) summ += mn[s] * (q8k_bsum(pa, 2 * s) + q8k_bsum(pa, 2 * s + 1));
-        const unsigned char *qs = pw + (has_qh ? 48 : 16), *qa = (const unsigned char *)q8k_qs(pa);
-        const __m256i qh = has_qh ? loadu256(pw + 16) : _mm256_setzero_si256();
+        const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
         __m256i sumi = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
-            const __m256i q = loadu256(qs + 32 * k);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (has_qh) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
-            }
-            const __m256i p0 = pairs_u8(lo, loadu256(qa + 64 * k)), p1 = pairs_u8(hi, loadu256(qa + 64 * k + 32));
+            const __m256i p0 = pairs_u8(q45k_sub(has_qh, pw, k, 0), loadu256(qa + 64 * k));
+            const __m256i p1 = pairs_u8(q45k_sub(has_qh, pw, k, 1), loadu256(qa + 64 * k + 32));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * k])));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * k + 1])));
         }
@@ -218,28 +242,17 @@ float quants_avx2_dot_q5_k(size_t n, const void *w, const void *a) { return dot_
 float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 210, pa += QUANTS_Q8_K_BYTES) {
         const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
         __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = loadu256(pw + 64 * h), ql1 = loadu256(pw + 64 * h + 32), qh = loadu256(pw + 128 + 32 * h);
-            __m256i g[4];
-            g[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            g[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        for (int h = 0; h < 2; h++)
             for (int k = 0; k < 4; k++) {
                 const int s = 8 * h + 2 * k;
-                const __m256i p = pairs_s8(_mm256_sub_epi8(g[k], off), loadu256(qa + 128 * h + 32 * k));
+                const __m256i p = pairs_s8(q6k_chunk(pw, h, k), loadu256(qa + 128 * h + 32 * k));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
             }
-        }
         acc = k_acc(acc, ld_f16(pw + 208) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
@@ -353,119 +366,64 @@ static inline void store_q(int8_t *dst, __m256i v) { _mm256_store_si256((__m256i
 
 /* ---- unpacking one row's blocks [b0, b0 + nb) into the panel row (K-types: b0, nb multiples of 8) */
 
+static enum kind32 k32_of(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q4_0: return K_Q4_0;
+    case TENSOR_Q4_1: return K_Q4_1;
+    case TENSOR_Q5_0: return K_Q5_0;
+    case TENSOR_Q5_1: return K_Q5_1;
+    default: return K_IQ4_NL;
+    }
+}
+
 static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
 {
-    const __m256i tbl = iq4_table(), sixteen = _mm256_set1_epi8(16);
+    const enum kind32 k = k32_of(t);
     for (size_t b = 0; b < nb; b++) {
-        __m256i q;
-        float m = 0.0f;
-        const unsigned char *pw;
-        switch (t) {
-        case TENSOR_Q4_0:
-            pw = row + (b0 + b) * 18;
-            q = _mm256_sub_epi8(nibbles16(pw + 2), _mm256_set1_epi8(8));
-            break;
-        case TENSOR_Q4_1:
-            pw = row + (b0 + b) * 20;
-            q = nibbles16(pw + 4);
-            m = -ld_f16(pw + 2);
-            break;
-        case TENSOR_Q5_0:
-            pw = row + (b0 + b) * 22;
-            q = _mm256_sub_epi8(_mm256_or_si256(nibbles16(pw + 6), fifth_bits(pw + 2)), sixteen);
-            break;
-        case TENSOR_Q5_1:
-            pw = row + (b0 + b) * 24;
-            q = _mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4));
-            m = -ld_f16(pw + 2);
-            break;
-        default: /* IQ4_NL */
-            pw = row + (b0 + b) * 18;
-            q = _mm256_shuffle_epi8(tbl, nibbles16(pw + 2));
-            break;
-        }
-        store_q(o->q[b], q);
+        const unsigned char *pw = row + (b0 + b) * k32_bytes[k];
+        store_q(o->q[b], w32(k, pw));
         o->s[b] = ld_f16(pw);
-        o->m[b] = m;
+        o->m[b] = k32_unsigned(k) ? -ld_f16(pw + 2) : 0.0f; /* w = d*q + m */
     }
 }
 
 static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const size_t bb = has_qh ? 176 : 144;
     for (size_t sb = 0; sb < nb / 8; sb++) {
-        const unsigned char *pw = row + (b0 / 8 + sb) * bb, *qs = pw + (has_qh ? 48 : 16);
+        const unsigned char *pw = row + (b0 / 8 + sb) * bb;
         int16_t sc[8], mn[8];
         quants_k4_scales(pw + 4, sc, mn);
         const float d = ld_f16(pw), dmin = ld_f16(pw + 2);
-        const __m256i qh = has_qh ? loadu256(pw + 16) : _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
-            const __m256i q = loadu256(qs + 32 * k);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (has_qh) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
-            }
-            store_q(o->q[8 * sb + 2 * k], lo);
-            store_q(o->q[8 * sb + 2 * k + 1], hi);
+        for (int s = 0; s < 8; s++) {
+            store_q(o->q[8 * sb + s], q45k_sub(has_qh, pw, s / 2, s % 2));
+            o->s[8 * sb + s] = d * sc[s], o->m[8 * sb + s] = dmin * mn[s];
         }
-        for (int s = 0; s < 8; s++) o->s[8 * sb + s] = d * sc[s], o->m[8 * sb + s] = dmin * mn[s];
     }
 }
 
-static void pg_unpack_q6_k(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+/* Q6_K and Q3_K: 16-weight sub-blocks, so integer sub-scales per half block. */
+static void pg_unpack_sub16(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const int q6 = t == TENSOR_Q6_K;
     for (size_t sb = 0; sb < nb / 8; sb++) {
-        const unsigned char *pw = row + (b0 / 8 + sb) * 210;
-        const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
-        const float d = ld_f16(pw + 208);
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = loadu256(pw + 64 * h), ql1 = loadu256(pw + 64 * h + 32), qh = loadu256(pw + 128 + 32 * h);
-            __m256i g[4];
-            g[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            g[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        const unsigned char *pw = row + (b0 / 8 + sb) * (q6 ? 210 : 110);
+        int16_t sc[16];
+        if (q6)
+            for (int s = 0; s < 16; s++) sc[s] = ((const int8_t *)(const void *)(pw + 192))[s];
+        else
+            quants_q3_k_scales(pw + 96, sc);
+        const float d = ld_f16(pw + (q6 ? 208 : 108));
+        for (int h = 0; h < 2; h++)
             for (int k = 0; k < 4; k++) {
                 const size_t b = 8 * sb + 4 * (size_t)h + (size_t)k;
-                store_q(o->q[b], _mm256_sub_epi8(g[k], off));
+                store_q(o->q[b], q6 ? q6k_chunk(pw, h, k) : q3k_chunk(pw, h, k));
                 o->isc[b][0] = sc[8 * h + 2 * k];
                 o->isc[b][1] = sc[8 * h + 2 * k + 1];
                 o->s[b] = d;
                 o->m[b] = 0.0f;
             }
-        }
-    }
-}
-
-static void pg_unpack_q3_k(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
-{
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
-    for (size_t sb = 0; sb < nb / 8; sb++) {
-        const unsigned char *pw = row + (b0 / 8 + sb) * 110;
-        int16_t sc[16];
-        quants_q3_k_scales(pw + 96, sc);
-        const float d = ld_f16(pw + 108);
-        const __m256i hm = loadu256(pw);
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = loadu256(pw + 32 + 32 * h);
-            for (int j = 0; j < 4; j++) {
-                const size_t b = 8 * sb + 4 * (size_t)h + (size_t)j;
-                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
-                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), zero);
-                store_q(o->q[b], _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3),
-                                                 _mm256_and_si256(clear, four)));
-                o->isc[b][0] = sc[8 * h + 2 * j];
-                o->isc[b][1] = sc[8 * h + 2 * j + 1];
-                o->s[b] = d;
-                o->m[b] = 0.0f;
-            }
-        }
     }
 }
 
@@ -490,8 +448,7 @@ static void pg_unpack(enum tensor_type t, const unsigned char *row, size_t b0, s
     switch (t) {
     case TENSOR_Q4_K: pg_unpack_q45_k(0, row, b0, nb, o); return;
     case TENSOR_Q5_K: pg_unpack_q45_k(1, row, b0, nb, o); return;
-    case TENSOR_Q6_K: pg_unpack_q6_k(row, b0, nb, o); return;
-    case TENSOR_Q3_K: pg_unpack_q3_k(row, b0, nb, o); return;
+    case TENSOR_Q6_K: case TENSOR_Q3_K: pg_unpack_sub16(t, row, b0, nb, o); return;
     case TENSOR_IQ4_XS: pg_unpack_iq4_xs(row, b0, nb, o); return;
     default: pg_unpack32(t, row, b0, nb, o); return;
     }
