@@ -1,5 +1,5 @@
 /* bench_gemm.c - one-thread matrix-product speed of every weight type and CPU variant
- * (kernels/cpu/cpu_kernels.h cpu_gemm), in GMAC/s: an 896 x 4864 matrix (Qwen2.5-0.5B's
+ * (every variant cpu_variant_available lists, run through cpu_gemm_variant), in GMAC/s: an 896 x 4864 matrix (Qwen2.5-0.5B's
  * ffn_down, 4.4 M weights; rows of 4864 = 19 super-blocks) against 1 (matrix-vector: generation), 8 (a batched decode step) and
  * 128 (a prompt) activation rows. Weights come from attnd's own quantizer (quantize_row) on
  * Gaussian values (F16 by conversion), so scales are those of a real file; types the quantizer
@@ -16,6 +16,7 @@
 #include "attnd/quantize.h"
 #include "attnd/tensor.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_tune.h"
 #include "bench/bench_util.h"
 
 #define ROWS 896
@@ -49,13 +50,14 @@ int main(int argc, char **argv)
     static const enum tensor_type types[] = {TENSOR_F16, TENSOR_Q8_0, TENSOR_Q4_0, TENSOR_Q5_0, TENSOR_Q4_K,
                                              TENSOR_Q5_K, TENSOR_Q6_K, TENSOR_IQ4_XS};
     static const size_t toks[] = {1, 8, 128};
-    const enum cpu_isa best = cpu_kernels_init();
     float *x = xmalloc((size_t)ROWS * COLS * sizeof(float)), *y = xmalloc((size_t)128 * ROWS * sizeof(float));
     for (size_t i = 0; i < (size_t)ROWS * COLS; i++) x[i] = 0.02f * gauss();
     printf("## Matrix products, 1 thread (%d x %d weights; GMAC/s, median of %d; mv GB/s = weight bytes per second)\n\n",
            ROWS, COLS, reps);
-    printf("| type    | variant | 1 token (mv) | mv GB/s | 8 tokens | 128 tokens |\n");
-    printf("|---------|---------|--------------|---------|----------|------------|\n");
+    printf("CPU %s; * = the variant the dispatcher runs there (chosen by %s; 0.00 = not available)\n\n",
+           cpu_tune_cpu_name(), "measurement, kernels/cpu/cpu_tune.h");
+    printf("| type    | variant    | 1 token (mv) | mv GB/s | 8 tokens | 128 tokens |\n");
+    printf("|---------|------------|--------------|---------|----------|------------|\n");
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const enum tensor_type t = types[ti], at = cpu_vec_dot_type(t);
         uint64_t wrb = 0, arb = 0;
@@ -71,25 +73,31 @@ int main(int argc, char **argv)
             else if (quantize_row(t, x + r * COLS, w + r * wrb, COLS) != ATTND_OK) return 1;
         }
         for (size_t j = 0; j < 128; j++) cpu_prepare_row(t, x + j * COLS, a + j * arb, COLS);
-        for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
-            cpu_kernels_set_isa((enum cpu_isa)isa);
+        cpu_tune(&t, 1, NULL); /* the dispatcher's choice, marked * below */
+        for (int vi = 0; vi < CPU_N_VARIANTS; vi++) {
+            const enum cpu_variant v = (enum cpu_variant)vi;
+            if (!cpu_variant_available(CPU_FAM_GEMM, t, v) && !cpu_variant_available(CPU_FAM_MATVEC, t, v)) continue;
             double rate[3];
+            char mark[3][2];
             for (size_t k = 0; k < 3; k++) {
-                double v[32];
+                const enum cpu_family f = cpu_family_of(toks[k]);
+                rate[k] = 0.0;
+                mark[k][0] = cpu_kernels_choice(f, t) == v ? '*' : ' ', mark[k][1] = 0;
+                if (!cpu_variant_available(f, t, v)) continue;
+                double r[32];
                 int n = reps < 32 ? reps : 32;
                 /* the scalar reference is slow: fewer tokens-worth of work, same rate */
-                size_t rows = isa == CPU_ISA_SCALAR && toks[k] > 1 ? ROWS / 16 : ROWS;
-                cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS); /* warm-up */
-                for (int r = 0; r < n; r++) {
+                size_t rows = v == CPU_VAR_SCALAR && toks[k] > 1 ? ROWS / 16 : ROWS;
+                cpu_gemm_variant(v, t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS); /* warm-up */
+                for (int i = 0; i < n; i++) {
                     double t0 = bench_now();
-                    cpu_gemm(t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS);
-                    v[r] = (double)rows * COLS * (double)toks[k] / (bench_now() - t0) * 1e-9;
+                    cpu_gemm_variant(v, t, COLS, w, wrb, 0, rows, a, arb, toks[k], y, ROWS);
+                    r[i] = (double)rows * COLS * (double)toks[k] / (bench_now() - t0) * 1e-9;
                 }
-                qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
-                rate[k] = v[n / 2];
+                rate[k] = bench_median(r, n);
             }
-            printf("| %-7s | %-7s | %12.2f | %7.2f | %8.2f | %10.2f |\n", tensor_type_name(t),
-                   cpu_isa_name((enum cpu_isa)isa), rate[0], rate[0] * (double)wrb / COLS, rate[1], rate[2]);
+            printf("| %-7s | %-10s | %11.2f%s | %7.2f | %7.2f%s | %9.2f%s |\n", tensor_type_name(t), cpu_variant_name(v),
+                   rate[0], mark[0], rate[0] * (double)wrb / COLS, rate[1], mark[1], rate[2], mark[2]);
         }
         free(w);
         free(a);

@@ -9,6 +9,10 @@ if [ ! -d "$SHARED/models" ]; then
   echo "tests: shared test data not found at $SHARED (set SHARED=...)" >&2
   exit 1
 fi
+# one kernel-tuning cache for the whole run (cpu_tune.h), not the user's
+tune_dir=$(mktemp -d)
+export ATTND_TUNE_CACHE="${ATTND_TUNE_CACHE:-$tune_dir/cpu-tune.tsv}"
+trap 'rm -rf "$tune_dir"' EXIT
 pass=0 fail=0 skip=0 failed=()
 run_one() {  # name, command...
   local name=$1; shift

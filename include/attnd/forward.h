@@ -66,6 +66,23 @@ const char *fwd_device_name(const struct fwd_ctx *c);
 /* Vulkan validation-layer errors seen on the context's device (0 on the CPU or without the layer). */
 unsigned fwd_validation_errors(const struct fwd_ctx *c);
 
+/* Which CPU kernels run (the cpu backend): per weight type of the model's matrices, the variant
+ * of each matrix-product family, and how they were chosen. */
+#define FWD_KERNEL_TYPES 8
+#define FWD_KERNEL_FAMILIES 3 /* matvec (1 token), batch (2-32), gemm (more) */
+struct fwd_kernels {
+    char cpu[64], isa[16], chosen_by[16]; /* chosen_by: "measured", "cached" or "rules" */
+    char fa2[16];                         /* the attention kernel */
+    const char *family[FWD_KERNEL_FAMILIES];
+    int n_types;
+    struct {
+        char type[16];
+        char variant[FWD_KERNEL_FAMILIES][16];
+    } types[FWD_KERNEL_TYPES];
+};
+/* Fills *out and returns 1 on the cpu backend; returns 0 (out untouched) on Vulkan. */
+int fwd_kernels(const struct fwd_ctx *c, struct fwd_kernels *out);
+
 /* Runs the model over every sequence's new tokens (at most n_batch in all), writes their K/V
  * into the cache and commits them (kv_seq_commit), and fills the requested logits. Returns
  * ATTND_ERR_INVALID for a token outside the vocabulary or more than n_batch tokens (nothing is

@@ -123,6 +123,8 @@ void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* The compute backend in use ("cpu" or "vulkan") and its device's name. Thread-safe. */
 const char *sched_backend(const struct sched *s);
 const char *sched_device(const struct sched *s);
+/* fwd_kernels of the scheduler's context: 1 and *out filled on the cpu backend, else 0. */
+int sched_kernels(const struct sched *s, struct fwd_kernels *out);
 int sched_n_ctx(const struct sched *s);
 
 /* Attention map of one layer and query head over tokens[0..n): recomputes the forward pass

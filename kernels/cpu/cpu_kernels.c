@@ -314,6 +314,12 @@ enum cpu_isa cpu_kernels_set_isa(enum cpu_isa isa)
     return isa;
 }
 
+enum cpu_isa cpu_kernels_max_isa(void)
+{
+    pthread_once(&g_once, init_once);
+    return g_cpu_max;
+}
+
 /* Static string; "unknown" for values outside the enum. */
 const char *cpu_isa_name(enum cpu_isa isa)
 {
@@ -490,34 +496,106 @@ float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a
     return g_sets[CPU_ISA_SCALAR].dot[s](n, w, a);
 }
 
-/* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block.
- * Two or more tokens of Q4_0 or a quants.c type (but Q2_K) take the int8 panel GEMM on any SIMD
- * ISA; the rest the ISA's own GEMM, or the quants.c types' row-at-a-time one. */
+/* ================================================================ variants */
+
+static _Atomic unsigned char g_choice[CPU_N_FAMILIES][TENSOR_TYPE_MAX]; /* 0: none (the rule); v + 1 */
+
+enum cpu_family cpu_family_of(size_t n_tok)
+{
+    return n_tok <= 1 ? CPU_FAM_MATVEC : n_tok <= CPU_BATCH_MAX ? CPU_FAM_BATCH : CPU_FAM_GEMM;
+}
+
+const char *cpu_family_name(enum cpu_family f)
+{
+    static const char *const names[CPU_N_FAMILIES] = {"matvec", "batch", "gemm"};
+    return (unsigned)f < CPU_N_FAMILIES ? names[f] : "unknown";
+}
+
+const char *cpu_variant_name(enum cpu_variant v)
+{
+    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel"};
+    return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
+}
+
+int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
+{
+    if ((unsigned)f >= CPU_N_FAMILIES || !cpu_type_supported(t)) return 0;
+    const enum cpu_isa isa = cpu_kernels_init();
+    switch (v) {
+    case CPU_VAR_SCALAR: return 1;
+    case CPU_VAR_AVX2: return isa >= CPU_ISA_AVX2;
+    case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && type_slot(t) >= 0;
+    case CPU_VAR_PANEL: return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && quants_panel_type(t);
+    case CPU_N_VARIANTS: break;
+    }
+    return 0;
+}
+
+/* The int8 panel for 2+ tokens of its types, else the widest ISA that has the type. */
+enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
+{
+    if (cpu_variant_available(f, t, CPU_VAR_PANEL)) return CPU_VAR_PANEL;
+    if (cpu_variant_available(f, t, CPU_VAR_AVX512)) return CPU_VAR_AVX512;
+    if (cpu_variant_available(f, t, CPU_VAR_AVX2)) return CPU_VAR_AVX2;
+    return CPU_VAR_SCALAR;
+}
+
+enum cpu_variant cpu_kernels_choice(enum cpu_family f, enum tensor_type t)
+{
+    if ((unsigned)f < CPU_N_FAMILIES && (unsigned)t < TENSOR_TYPE_MAX) {
+        const int c = atomic_load_explicit(&g_choice[f][t], memory_order_relaxed);
+        if (c && cpu_variant_available(f, t, (enum cpu_variant)(c - 1))) return (enum cpu_variant)(c - 1);
+    }
+    return cpu_kernels_rule(f, t);
+}
+
+int cpu_kernels_choose(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
+{
+    if ((unsigned)t >= TENSOR_TYPE_MAX || !cpu_variant_available(f, t, v)) return -1;
+    atomic_store(&g_choice[f][t], (unsigned char)(v + 1));
+    return 0;
+}
+
+void cpu_kernels_clear_choices(void)
+{
+    for (int f = 0; f < CPU_N_FAMILIES; f++)
+        for (int t = 0; t < TENSOR_TYPE_MAX; t++) atomic_store(&g_choice[f][t], 0);
+}
+
+/* Aborts on an unsupported type or a partial block (the callers' bug, not the input's). */
+static void check_type(enum tensor_type t, size_t n)
+{
+    if (!quants_fn(t, n, 1)) (void)checked_slot(t, n);
+}
+
+void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0,
+                      size_t r1, const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
+{
+    check_type(t, n);
+    ATTND_CHECK(cpu_variant_available(cpu_family_of(n_tok), t, v));
+    if (r0 >= r1 || n_tok == 0) return;
+    if (v == CPU_VAR_PANEL && quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
+        return;
+    if (quants_supported(t)) {
+        cpu_vec_dot_fn dot = v == CPU_VAR_SCALAR ? quants_dot_ref_fn(t) : quants_dot_avx2_fn(t);
+        quants_gemm(dot, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+        return;
+    }
+    const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
+    g_sets[isa].gemm[type_slot(t)](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+}
+
+/* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block. */
 void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
               const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
-    cpu_vec_dot_fn q = quants_fn(t, n, 0);
-    int s = q ? -1 : checked_slot(t, n);
-    if (r0 >= r1 || n_tok == 0) return;
-    if (active() != &g_sets[CPU_ISA_SCALAR] &&
-        quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
-        return;
-    if (q)
-        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-    else
-        active()->gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    cpu_gemm_variant(cpu_kernels_choice(cpu_family_of(n_tok), t), t, n, w, w_row_bytes, r0, r1, a, a_row_bytes,
+                     n_tok, y, y_stride);
 }
 
 /* Scalar reference of cpu_gemm: one cpu_vec_dot_ref per output element. */
 void cpu_gemm_ref(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                   const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
-    cpu_vec_dot_fn q = quants_fn(t, n, 1);
-    if (q) {
-        quants_gemm(q, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-        return;
-    }
-    int s = checked_slot(t, n);
-    if (r0 >= r1 || n_tok == 0) return;
-    g_sets[CPU_ISA_SCALAR].gemm[s](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    cpu_gemm_variant(CPU_VAR_SCALAR, t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
 }

@@ -26,6 +26,8 @@ enum cpu_isa cpu_kernels_init(void);
 /* Forces an ISA (capped at what the CPU has); returns the one now in use. For tests. */
 enum cpu_isa cpu_kernels_set_isa(enum cpu_isa isa);
 const char *cpu_isa_name(enum cpu_isa isa);
+/* The widest ISA the CPU (and OS) supports, whatever the cap. */
+enum cpu_isa cpu_kernels_max_isa(void);
 
 /* ---- conversions (scalar, exact IEEE round-to-nearest-even) ---- */
 float cpu_f16_to_f32(uint16_t h);
@@ -61,12 +63,48 @@ float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a
  *   for r in [r0, r1), j in [0, n_tok):  y[j*y_stride + r] = dot(W row r, A row j)
  * W: weight matrix of type t, rows of n elements, row r at (char*)w + r*w_row_bytes.
  * A: n_tok prepared activation rows, row j at (char*)a + j*a_row_bytes.
- * The SIMD version reads each weight row once for several tokens at a time (register
- * blocking over tokens), so a prefill batch costs far less than n_tok matrix-vector products.
- * Results equal cpu_vec_dot() per element up to float summation order. */
+ * Runs the variant cpu_kernels_choice(cpu_family_of(n_tok), t) (below). The SIMD variants read
+ * each weight row once for several tokens at a time, so a prefill batch costs far less than n_tok
+ * matrix-vector products. Results equal cpu_vec_dot() per element up to float summation order. */
 void cpu_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
               const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 void cpu_gemm_ref(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                   const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+
+/* ---- kernel variants and the dispatcher's choice ----
+ * Every matrix-product family (by token count) has its variants side by side; cpu_gemm runs the
+ * one chosen for (family, weight type). The choice starts from rules (the widest ISA, the int8
+ * panel GEMM for 2+ tokens of its types) and is replaced by measurement (cpu_tune.h). All
+ * variants compute the same products: each equals the scalar reference within float rounding. */
+enum cpu_family {
+    CPU_FAM_MATVEC, /* 1 token: generation, memory-bound */
+    CPU_FAM_BATCH,  /* 2..CPU_BATCH_MAX tokens: batched decoding across requests */
+    CPU_FAM_GEMM,   /* more: prompt reading, compute-bound */
+    CPU_N_FAMILIES
+};
+#define CPU_BATCH_MAX 32
+enum cpu_variant {
+    CPU_VAR_SCALAR, /* the reference kernels */
+    CPU_VAR_AVX2,   /* AVX2+FMA+F16C row kernels (Q8_0: tokens interleaved in int8 lanes) */
+    CPU_VAR_AVX512, /* AVX-512 F/BW/VL/DQ (F32, F16, BF16, Q8_0, Q4_0) */
+    CPU_VAR_PANEL,  /* AVX2 int8 panel GEMM (Q4_0, Q4_1, Q5_x, IQ4_x, Q3_K..Q6_K; 2+ tokens) */
+    CPU_N_VARIANTS
+};
+enum cpu_family cpu_family_of(size_t n_tok);
+const char *cpu_family_name(enum cpu_family f);
+const char *cpu_variant_name(enum cpu_variant v);
+/* 1 if variant v can run family f for weights of type t on this CPU under the current ISA cap. */
+int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_variant v);
+/* The variant cpu_gemm runs for (f, t): the chosen one if still available, else the rule's. */
+enum cpu_variant cpu_kernels_choice(enum cpu_family f, enum tensor_type t);
+/* The rule's variant for (f, t) (what runs without measurement). */
+enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t);
+/* Makes v the choice for (f, t); -1 (nothing changed) if it is not available. Thread-safe. */
+int cpu_kernels_choose(enum cpu_family f, enum tensor_type t, enum cpu_variant v);
+/* Drops every choice: the rules apply again. */
+void cpu_kernels_clear_choices(void);
+/* cpu_gemm with a given variant (it must be available for cpu_family_of(n_tok) and t). */
+void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0,
+                      size_t r1, const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
 #endif

@@ -128,6 +128,9 @@ cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t);
 void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
+/* 1 for the types quants_avx2_gemm takes: Q4_0 and every supported type but Q2_K. */
+int quants_panel_type(enum tensor_type t);
+
 /* ---- AVX2 (quants_avx2.c) ---- */
 /* The multi-token GEMM of cpu_gemm for n_tok >= 2, Q4_0 and every supported type but Q2_K (weights
  * unpacked to int8 panels once per 64 tokens, 8 rows x 4 tokens per tile); returns 0, doing

@@ -298,6 +298,12 @@ static fa2_job_fn pick_job(const struct fa2_args *a)
     return scalar_job;
 }
 
+const char *fa2_variant_name(int head_dim)
+{
+    const fa2_job_fn f = pick_job(&(struct fa2_args){.head_dim = head_dim});
+    return f == fa2_avx512_job ? "avx512" : f == fa2_avx2_job ? "avx2" : "scalar";
+}
+
 /* Thread ith's share of the batch with the selected ISA's kernel. */
 void fa2_run(const struct fa2_args *a, int ith, int nth) { run_with(a, ith, nth, pick_job(a), NULL); }
 

@@ -82,6 +82,9 @@ int fa2_needs_reduce(const struct fa2_args *a);
  * has returned; split decode sequences then need fa2_reduce(). Reads q, k, v and the block
  * tables; writes only out and scratch. Uses about 50 KiB of the calling thread's stack. */
 void fa2_run(const struct fa2_args *a, int ith, int nth);
+/* The kernel fa2_run uses for heads of head_dim: "scalar", "avx2" or "avx512" (the widest the ISA
+ * cap allows; AVX2 needs head_dim % 8 == 0). */
+const char *fa2_variant_name(int head_dim);
 
 /* Second pass, only after fa2_run() finished on all threads: combines the partial results
  * (O, m, l) of split decode sequences into their out rows. A no-op when nothing is split. */

@@ -344,6 +344,16 @@ cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t)
     }
 }
 
+/* The types quants_avx2_gemm takes (Q4_0 and every quants.c type but Q2_K). */
+int quants_panel_type(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
+    default: return 0;
+    }
+}
+
 /* The AVX2 dot of a supported type (callable only when the CPU has AVX2+FMA+F16C); NULL for any other. */
 cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t)
 {

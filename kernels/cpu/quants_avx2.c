@@ -586,19 +586,10 @@ static enum pg_kind pg_kind_of(enum tensor_type t)
 
 /* 1 for the weight types the panel GEMM takes: not Q2_K, whose mins are per 16 weights, nor
  * Q8_0, whose own GEMM (kernels_avx2.c) needs no unpacking. */
-static int pg_type(enum tensor_type t)
-{
-    switch (t) {
-    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
-    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
-    default: return 0;
-    }
-}
-
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                      size_t arb, size_t n_tok, float *y, size_t ys)
 {
-    if (!pg_type(t) || n_tok < 2) return 0;
+    if (!quants_panel_type(t) || n_tok < 2) return 0;
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
     const enum pg_kind kind = pg_kind_of(t);
     const int has_min = kind == PG_MIN;

@@ -1,4 +1,7 @@
 /* info.c - `attnd info [--json] FILE`: dumps a GGUF file's header (a debugging aid).
+ * `attnd info --cpu [FILE]`: the CPU, and for each weight type (the file's matrices, or every
+ * type the kernels take) the time of every kernel variant per family and the one chosen
+ * (cpu_tune.h: measured once per CPU, then read from the cache file).
  *
  * --json prints one object that tests/js/check_gguf.mjs compares with an independent parser:
  *   {"version","alignment","data_offset","file_size",
@@ -19,6 +22,9 @@
 
 #include "attnd/gguf.h"
 #include "attnd/tensor.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_tune.h"
+#include "kernels/cpu/fa2.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
@@ -225,18 +231,66 @@ oom:
     return 1;
 }
 
+/* The 2-D tensors' types of g (g NULL: every type the CPU kernels take); returns the count. */
+static int matrix_types(const struct gguf *g, enum tensor_type *out)
+{
+    int n = 0, seen[TENSOR_TYPE_MAX] = {0};
+    for (int t = 0; t < TENSOR_TYPE_MAX; t++) {
+        if (!g) seen[t] = cpu_type_supported((enum tensor_type)t);
+    }
+    for (int64_t i = 0; g && i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        if (t->type < TENSOR_TYPE_MAX && t->n_dims == 2 && cpu_type_supported((enum tensor_type)t->type))
+            seen[t->type] = 1;
+    }
+    for (int t = 0; t < TENSOR_TYPE_MAX; t++)
+        if (seen[t]) out[n++] = (enum tensor_type)t;
+    return n;
+}
+
+static int print_cpu(const struct gguf *g)
+{
+    enum tensor_type types[TENSOR_TYPE_MAX];
+    const int n = matrix_types(g, types);
+    const enum cpu_tune_source src = cpu_tune(types, n, NULL);
+    printf("cpu: %s, ISA %s (widest supported: %s)\n", cpu_tune_cpu_name(), cpu_isa_name(cpu_kernels_init()),
+           cpu_isa_name(cpu_kernels_max_isa()));
+    printf("kernels chosen by: %s%s%s\n", cpu_tune_source_name(src), cpu_tune_cache_path()[0] ? ", cache " : "",
+           cpu_tune_cache_path());
+    printf("attention (fa2): %s for head sizes that are multiples of 8, %s otherwise\n", fa2_variant_name(64),
+           fa2_variant_name(60));
+    printf("\n%-8s %-7s %-11s", "type", "family", "chosen");
+    for (int v = 0; v < CPU_N_VARIANTS; v++) printf(" %11s", cpu_variant_name((enum cpu_variant)v));
+    printf("   (ns per row and token, %d-element rows)\n", 2048);
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < CPU_N_FAMILIES; f++) {
+            printf("%-8s %-7s %-11s", tensor_type_name(types[i]), cpu_family_name((enum cpu_family)f),
+                   cpu_variant_name(cpu_kernels_choice((enum cpu_family)f, types[i])));
+            for (int v = 0; v < CPU_N_VARIANTS; v++) {
+                const double ns = cpu_tune_time((enum cpu_family)f, types[i], (enum cpu_variant)v);
+                if (ns > 0) printf(" %11.3f", ns);
+                else printf(" %11s", "-");
+            }
+            putchar('\n');
+        }
+    return 0;
+}
+
 int cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
-    int json = 0;
+    int json = 0, cpu = 0;
     const struct cli_opt opts[] = {
         {CLI_OPT("--json", NULL, CLI_FLAG, &json, NULL, "print one JSON object (tests/js/check_gguf.mjs reads it)")},
+        {CLI_OPT("--cpu", NULL, CLI_FLAG, &cpu, NULL,
+                 "the CPU kernels: every variant's time per weight type and family, and the one chosen")},
         CLI_HELP_OPT,
         {.type = CLI_END},
     };
-    const struct cli_cmd cmd = {.name = "info", .usage = "attnd info [--json] FILE.gguf", .opts = opts, .positional = &path};
+    const struct cli_cmd cmd = {.name = "info", .usage = "attnd info [--json] FILE.gguf | attnd info --cpu [FILE.gguf]", .opts = opts, .positional = &path};
     int parsed = cli_parse(&cmd, argc, argv);
     if (parsed != CLI_GO) return parsed;
+    if (cpu && !path) return print_cpu(NULL);
     if (!path) {
         cli_usage(&cmd, stderr);
         return 2;
@@ -247,7 +301,7 @@ int cmd_info(int argc, char **argv)
         fprintf(stderr, "attnd info: %s: %s\n", path, err);
         return 1;
     }
-    int rc = json ? print_json(g) : print_text(g);
+    int rc = cpu ? print_cpu(g) : json ? print_json(g) : print_text(g);
     gguf_close(g);
     return rc;
 }

@@ -41,6 +41,11 @@ static _Thread_local char g_backend_err[320];
 const char *fwd_backend_error(void) { return g_backend_err; }
 const char *fwd_backend_name(const struct fwd_ctx *c) { return c->ops->name; }
 const char *fwd_device_name(const struct fwd_ctx *c) { return c->ops->device_name(c->be); }
+
+int fwd_kernels(const struct fwd_ctx *c, struct fwd_kernels *out)
+{
+    return c->ops->kernels ? c->ops->kernels(c->be, out) : 0;
+}
 unsigned fwd_validation_errors(const struct fwd_ctx *c) { return c->ops->validation_errors(c->be); }
 
 int fwd_backend_parse(const char *s, enum fwd_backend *out)

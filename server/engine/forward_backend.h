@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnd/forward.h"
 #include "attnd/fwd_seq.h"
 #include "attnd/model.h"
 #include "attnd/status.h"
@@ -65,6 +66,7 @@ struct fwd_backend_ops {
     void (*destroy)(void *state); /* NULL: no-op */
     const char *(*device_name)(const void *state);
     unsigned (*validation_errors)(const void *state); /* Vulkan validation-layer errors so far */
+    int (*kernels)(const void *state, struct fwd_kernels *out); /* NULL: not a CPU backend */
 };
 
 #endif

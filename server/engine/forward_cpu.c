@@ -28,6 +28,7 @@
 #include "attnd/check.h"
 #include "attnd/kvcache.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_tune.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
 
@@ -53,6 +54,8 @@ struct fwd_cpu {
     float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
     size_t logit_rows;
     char device[96]; /* "cpu (avx2)" */
+    enum tensor_type types[FWD_KERNEL_TYPES]; /* the matrices' weight types, each once */
+    int n_types;
 };
 
 static size_t kv_width(const struct model *m) { return (size_t)m->hp.n_head_kv * m->hp.head_dim; }
@@ -75,6 +78,25 @@ static void cpu_destroy(void *state)
     free(c->fa2_scratch);
     free(c->logits);
     free(c);
+}
+
+static void add_type(struct fwd_cpu *c, enum tensor_type t)
+{
+    for (int i = 0; i < c->n_types; i++)
+        if (c->types[i] == t) return;
+    if (c->n_types < FWD_KERNEL_TYPES) c->types[c->n_types++] = t;
+}
+
+/* Chooses the kernels for the weight types of m's matrices (measured once per CPU, cpu_tune.h). */
+static void tune_kernels(struct fwd_cpu *c, const struct model *m)
+{
+    add_type(c, m->output.type);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) add_type(c, ws[i]->type);
+    }
+    cpu_tune(c->types, c->n_types, NULL);
 }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -112,8 +134,28 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
         cpu_destroy(c);
         return st;
     }
+    tune_kernels(c, m);
     *out = c;
     return ATTND_OK;
+}
+
+static int cpu_kernels_report(const void *state, struct fwd_kernels *k)
+{
+    const struct fwd_cpu *c = state;
+    memset(k, 0, sizeof *k);
+    snprintf(k->cpu, sizeof k->cpu, "%s", cpu_tune_cpu_name());
+    snprintf(k->isa, sizeof k->isa, "%s", cpu_isa_name(cpu_kernels_init()));
+    snprintf(k->chosen_by, sizeof k->chosen_by, "%s", cpu_tune_source_name(cpu_tune_source()));
+    snprintf(k->fa2, sizeof k->fa2, "%s", fa2_variant_name(c->m->hp.head_dim));
+    for (int f = 0; f < FWD_KERNEL_FAMILIES; f++) k->family[f] = cpu_family_name((enum cpu_family)f);
+    for (int i = 0; i < c->n_types; i++) {
+        snprintf(k->types[i].type, sizeof k->types[i].type, "%s", tensor_type_name(c->types[i]));
+        for (int f = 0; f < FWD_KERNEL_FAMILIES; f++)
+            snprintf(k->types[i].variant[f], sizeof k->types[i].variant[f], "%s",
+                     cpu_variant_name(cpu_kernels_choice((enum cpu_family)f, c->types[i])));
+    }
+    k->n_types = c->n_types;
+    return 1;
 }
 
 static const char *cpu_device_name(const void *state) { return ((const struct fwd_cpu *)state)->device; }
@@ -482,4 +524,5 @@ const struct fwd_backend_ops fwd_cpu_backend = {
     .destroy = cpu_destroy,
     .device_name = cpu_device_name,
     .validation_errors = cpu_validation_errors,
+    .kernels = cpu_kernels_report,
 };

@@ -816,6 +816,7 @@ void sched_get_stats(struct sched *s, struct sched_stats *st)
 
 const char *sched_backend(const struct sched *s) { return fwd_backend_name(s->fwd); }
 const char *sched_device(const struct sched *s) { return fwd_device_name(s->fwd); }
+int sched_kernels(const struct sched *s, struct fwd_kernels *out) { return fwd_kernels(s->fwd, out); }
 
 int sched_n_ctx(const struct sched *s) { return s->o.n_ctx; }
 

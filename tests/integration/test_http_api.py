@@ -77,8 +77,15 @@ try:
             and m["data"][0]["id"], f"/v1/models: {m}")
     h = d.get("/health")
     hj = h.json() if h.status_code == 200 else {}
-    c.check(h.status_code == 200 and set(hj) == {"status", "backend", "device"} and hj["status"] == "ok"
+    c.check(h.status_code == 200 and set(hj) - {"kernels"} == {"status", "backend", "device"} and hj["status"] == "ok"
             and hj["backend"] in ("cpu", "vulkan") and hj["device"], f"/health: {h.status_code} {h.text}")
+    if hj.get("backend") == "cpu":  # which kernel variant runs, per weight type of the model's matrices
+        k = hj.get("kernels", {})
+        variants = {"scalar", "avx2", "avx512", "avx2-panel"}
+        c.check(k.get("chosen_by") in ("measured", "cached", "rules") and k.get("cpu") and k.get("isa")
+                and k.get("fa2") in ("scalar", "avx2", "avx512") and set(k.get("matrix", {})) == {"f32"}
+                and all(set(v) == {"matvec", "batch", "gemm"} and set(v.values()) <= variants
+                        for v in k["matrix"].values()), f"/health kernels: {k}")
 
     # ---- streaming equals the whole answer ----
     for fields in ({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True},

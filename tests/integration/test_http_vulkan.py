@@ -23,6 +23,7 @@ try:
     c.check(h.get("backend") == "vulkan" and h.get("device"), f"vulkan /health: {h}")
     hc = cpu.get("/health").json()
     c.check(hc.get("backend") == "cpu" and hc.get("device", "").startswith("cpu"), f"cpu /health: {hc}")
+    c.check("kernels" not in h and "f32" in hc.get("kernels", {}).get("matrix", {}), "kernels only on the CPU backend")
     m = vk.get("/metrics").text
     c.check('attnd_backend_info{backend="vulkan"' in m, "vulkan /metrics lacks attnd_backend_info")
 

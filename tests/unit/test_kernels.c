@@ -182,12 +182,18 @@ static void test_type_size(enum cpu_isa isa, enum tensor_type t, size_t n)
         size_t r0 = ranges[ri][0], r1 = ranges[ri][1];
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
             size_t nt = toks[ti];
-            for (int use_ref = 0; use_ref < 2; use_ref++) {
+            /* the reference, the dispatched choice, then every variant the family has here */
+            for (int mode = -2; mode < CPU_N_VARIANTS; mode++) {
+                const int use_ref = mode == -2;
+                const char *vn = mode < 0 ? (use_ref ? "ref" : "chosen") : cpu_variant_name((enum cpu_variant)mode);
+                if (mode >= 0 && !cpu_variant_available(cpu_family_of(nt), t, (enum cpu_variant)mode)) continue;
                 for (size_t i = 0; i < MAX_TOK * Y_STRIDE; i++) y[i] = -12345.0f;
                 if (use_ref)
                     cpu_gemm_ref(t, n, w, wrb, r0, r1, a, arb, nt, y, Y_STRIDE);
-                else
+                else if (mode == -1)
                     cpu_gemm(t, n, w, wrb, r0, r1, a, arb, nt, y, Y_STRIDE);
+                else
+                    cpu_gemm_variant((enum cpu_variant)mode, t, n, w, wrb, r0, r1, a, arb, nt, y, Y_STRIDE);
                 int errs = 0, stray = 0;
                 for (size_t j = 0; j < MAX_TOK; j++) {
                     for (size_t c = 0; c < Y_STRIDE; c++) {
@@ -198,16 +204,17 @@ static void test_type_size(enum cpu_isa isa, enum tensor_type t, size_t n)
                             int ok = use_ref ? f32_bits(v) == f32_bits(rf)
                                              : fabs((double)v - (double)rf) <= tol[j * ROWS + c];
                             if (!ok && errs++ < 3)
-                                fprintf(stderr, "  %s gemm%s %s n=%zu tok %zu/%zu row %zu: %.9g vs ref %.9g\n", in,
-                                        use_ref ? "_ref" : "", tn, n, j, nt, c, v, rf);
+                                fprintf(stderr, "  %s gemm %s %s n=%zu tok %zu/%zu row %zu: %.9g vs ref %.9g\n", in,
+                                        vn, tn, n, j, nt, c, v, rf);
                         } else if (v != -12345.0f) {
                             stray++;
                         }
                     }
                 }
-                T_CHECK(errs == 0, "%s gemm%s %s n=%zu n_tok=%zu rows [%zu,%zu): %d wrong", in, use_ref ? "_ref" : "",
-                        tn, n, nt, r0, r1, errs);
-                T_CHECK(stray == 0, "%s gemm %s n=%zu n_tok=%zu: %d writes outside the slice", in, tn, n, nt, stray);
+                T_CHECK(errs == 0, "%s gemm %s %s n=%zu n_tok=%zu rows [%zu,%zu): %d wrong", in, vn, tn, n, nt, r0, r1,
+                        errs);
+                T_CHECK(stray == 0, "%s gemm %s %s n=%zu n_tok=%zu: %d writes outside the slice", in, vn, tn, n, nt,
+                        stray);
             }
         }
     }
