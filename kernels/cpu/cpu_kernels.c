@@ -517,6 +517,8 @@ const char *cpu_variant_name(enum cpu_variant v)
     return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
 }
 
+static int float_type(enum tensor_type t) { return t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16; }
+
 int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
 {
     if ((unsigned)f >= CPU_N_FAMILIES || !cpu_type_supported(t)) return 0;
@@ -525,16 +527,17 @@ int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_varian
     case CPU_VAR_SCALAR: return 1;
     case CPU_VAR_AVX2: return isa >= CPU_ISA_AVX2;
     case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && type_slot(t) >= 0;
-    case CPU_VAR_PANEL: return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && quants_panel_type(t);
+    case CPU_VAR_PANEL: return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && (quants_panel_type(t) || float_type(t));
     case CPU_N_VARIANTS: break;
     }
     return 0;
 }
 
-/* The int8 panel for 2+ tokens of its types, else the widest ISA that has the type. */
+/* The int8 panel for 2+ tokens of its types and the float panel for prompts, else the widest ISA
+ * that has the type. */
 enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
 {
-    if (cpu_variant_available(f, t, CPU_VAR_PANEL)) return CPU_VAR_PANEL;
+    if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (!float_type(t) || f == CPU_FAM_GEMM)) return CPU_VAR_PANEL;
     if (cpu_variant_available(f, t, CPU_VAR_AVX512)) return CPU_VAR_AVX512;
     if (cpu_variant_available(f, t, CPU_VAR_AVX2)) return CPU_VAR_AVX2;
     return CPU_VAR_SCALAR;
@@ -574,6 +577,13 @@ void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const vo
     check_type(t, n);
     ATTND_CHECK(cpu_variant_available(cpu_family_of(n_tok), t, v));
     if (r0 >= r1 || n_tok == 0) return;
+    if (v == CPU_VAR_PANEL && float_type(t)) {
+        cpu_gemm_fn g = t == TENSOR_F32   ? cpu_avx2_gemm_panel_f32
+                        : t == TENSOR_F16 ? cpu_avx2_gemm_panel_f16
+                                          : cpu_avx2_gemm_panel_bf16;
+        g(n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+        return;
+    }
     if (v == CPU_VAR_PANEL && quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
         return;
     if (quants_supported(t)) {

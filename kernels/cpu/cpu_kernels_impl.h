@@ -42,6 +42,14 @@ void cpu_avx2_gemm_q8_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, 
                         size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 void cpu_avx2_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
                         size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* The float panel GEMM (CPU_VAR_PANEL for F32/F16/BF16): 16 weight rows converted and transposed
+ * per chunk of 256 elements, 16 rows x 6 tokens per outer-product tile. Any n and n_tok. */
+void cpu_avx2_gemm_panel_f32(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                             size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+void cpu_avx2_gemm_panel_f16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                             size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+void cpu_avx2_gemm_panel_bf16(size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                              size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 /* Bit-identical to the scalar cpu_quantize_row_q8_0. */
 void cpu_avx2_quantize_row_q8_0(const float *x, void *dst, size_t n);
 /* Hardware F16C conversions (IEEE round-to-nearest-even, same results as the scalar ones). */

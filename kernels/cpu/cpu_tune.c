@@ -17,7 +17,7 @@
 #define TUNE_W_BYTES (24u << 20)      /* weights: more than most last-level cache slices */
 #define TUNE_MAX_TOK 64
 #define TUNE_MIN_S 0.002 /* each timed run lasts at least this long (or covers every row) */
-#define TUNE_REPS 3
+#define TUNE_REPS 5
 
 static const int tune_tokens[CPU_N_FAMILIES] = {1, 8, TUNE_MAX_TOK};
 
@@ -120,13 +120,10 @@ static double timed_run(enum cpu_variant v, enum tensor_type t, size_t wrb, size
     return now_s() - t0;
 }
 
-double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
+/* The row slice over which one run of v lasts TUNE_MIN_S (or every row); 0 if v cannot run. */
+static size_t calibrate(enum cpu_variant v, enum tensor_type t, size_t wrb, size_t arb, size_t ntok)
 {
-    uint64_t wrb = 0;
-    if (!cpu_variant_available(f, t, v) || tensor_nbytes(t, TUNE_N, &wrb) || !bufs_ready()) return -1.0;
-    const size_t arb = prepare_acts(t), ntok = (size_t)tune_tokens[f], all = TUNE_W_BYTES / wrb;
-    if (!arb) return -1.0;
-    /* grow the slice of rows until a run lasts TUNE_MIN_S: slow variants stay short */
+    const size_t all = TUNE_W_BYTES / wrb;
     size_t rows = all < 64 ? all : 64;
     double dt = timed_run(v, t, wrb, arb, rows, ntok);
     while (dt < TUNE_MIN_S && rows < all) {
@@ -135,11 +132,35 @@ double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant 
         rows = next < all ? next : all;
         dt = timed_run(v, t, wrb, arb, rows, ntok);
     }
-    for (int r = 1; r < TUNE_REPS; r++) {
-        const double d = timed_run(v, t, wrb, arb, rows, ntok);
-        if (d < dt) dt = d;
-    }
-    return dt * 1e9 / ((double)rows * (double)ntok);
+    return rows;
+}
+
+/* ns[v] for every variant of (f, t), -1 for those not available. The variants take turns, run by
+ * run, so a slow spell of the machine falls on all of them; each keeps its best run. */
+static void measure_family(enum cpu_family f, enum tensor_type t, double ns[CPU_N_VARIANTS])
+{
+    uint64_t wrb = 0;
+    size_t rows[CPU_N_VARIANTS] = {0}, arb = 0;
+    const size_t ntok = (size_t)tune_tokens[f];
+    for (int v = 0; v < CPU_N_VARIANTS; v++) ns[v] = -1.0;
+    if (tensor_nbytes(t, TUNE_N, &wrb) || !bufs_ready() || !(arb = prepare_acts(t))) return;
+    for (int v = 0; v < CPU_N_VARIANTS; v++)
+        if (cpu_variant_available(f, t, (enum cpu_variant)v)) rows[v] = calibrate((enum cpu_variant)v, t, wrb, arb, ntok);
+    for (int r = 0; r < TUNE_REPS; r++)
+        for (int v = 0; v < CPU_N_VARIANTS; v++) {
+            if (!rows[v]) continue;
+            const double d = timed_run((enum cpu_variant)v, t, wrb, arb, rows[v], ntok) * 1e9 /
+                             ((double)rows[v] * (double)ntok);
+            if (ns[v] < 0 || d < ns[v]) ns[v] = d;
+        }
+}
+
+double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
+{
+    double ns[CPU_N_VARIANTS];
+    if ((unsigned)v >= CPU_N_VARIANTS || !cpu_variant_available(f, t, v)) return -1.0;
+    measure_family(f, t, ns);
+    return ns[v];
 }
 
 /* ================================================================ cache file */
@@ -284,10 +305,14 @@ enum cpu_tune_source cpu_tune(const enum tensor_type *types, int n, const char *
         const enum tensor_type t = types[i];
         if ((unsigned)t >= TENSOR_TYPE_MAX || !cpu_type_supported(t)) continue;
         for (int f = 0; f < CPU_N_FAMILIES; f++) {
-            for (int v = 0; v < CPU_N_VARIANTS; v++) {
-                if (g_time[f][t][v] > 0 || !cpu_variant_available(f, t, (enum cpu_variant)v)) continue;
-                g_time[f][t][v] = cpu_tune_measure(f, t, (enum cpu_variant)v);
-                measured++;
+            int missing = 0;
+            for (int v = 0; v < CPU_N_VARIANTS; v++)
+                missing += g_time[f][t][v] <= 0 && cpu_variant_available(f, t, (enum cpu_variant)v);
+            if (missing) { /* all of the family again, so its times come from one interleaved run */
+                double ns[CPU_N_VARIANTS];
+                measure_family(f, t, ns);
+                for (int v = 0; v < CPU_N_VARIANTS; v++)
+                    if (ns[v] > 0) g_time[f][t][v] = ns[v], measured++;
             }
             cpu_kernels_choose(f, t, fastest(f, t));
         }

@@ -2,7 +2,8 @@
  *
  * cpu_tune() times every variant cpu_variant_available() allows, for every family (matrix-vector,
  * small batch, GEMM; cpu_kernels.h) and each weight type asked for, on one thread with synthetic
- * weights of the type, and makes the fastest the choice (cpu_kernels_choose). A variant replaces
+ * weights of the type (the family's variants take turns, best of 5 runs each), and makes the
+ * fastest the choice (cpu_kernels_choose). A variant replaces
  * the rule's only when it is more than CPU_TUNE_MARGIN faster, so noise cannot swap in a slower
  * path. The times are kept in a cache file per CPU, which later starts read instead of measuring
  * (a few hundred milliseconds per type); the user may delete it at any time.
@@ -31,8 +32,9 @@ enum cpu_tune_source {
 /* Chooses the variants for the n types (duplicates and unsupported types are skipped). cache: a
  * path, "" for none, NULL for the default above. Returns how the choices were made. */
 enum cpu_tune_source cpu_tune(const enum tensor_type *types, int n, const char *cache);
-/* One measurement: nanoseconds per (row, token) of variant v on family f for type t (best of a few
- * runs on one thread); a negative value if v is not available. */
+/* One measurement: nanoseconds per (row, token) of variant v on family f for type t (best of 5
+ * runs on one thread, taking turns with the family's other variants); negative if v is not
+ * available. */
 double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant v);
 /* The recorded time of (f, t, v) from the last cpu_tune, or a negative value. */
 double cpu_tune_time(enum cpu_family f, enum tensor_type t, enum cpu_variant v);

@@ -197,6 +197,157 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
 /* The float-weight entry points (cpu_kernels_impl.h). */
 KERNELS_FLOAT_ENTRIES(avx2)
 
+/* ---------------------------------------------------------------- float panel GEMM
+ * Outer-product form for many tokens: a chunk of FP_K elements of FP_ROWS weight rows is
+ * converted to f32 and transposed once into panel[k][FP_ROWS] (16 KiB, L1); then every group of
+ * FP_TOK tokens runs a 16-row x 6-token tile that per element loads two weight vectors,
+ * broadcasts each token's activation and does 12 FMAs into 12 accumulators that hold outputs
+ * (no horizontal sums). Chunks after the first add into y. */
+#define FP_ROWS 16
+#define FP_TOK 6
+#define FP_K 128
+#define FP_GROUPS 22 /* token groups whose activations are packed per pass (132 tokens) */
+
+/* 8x8 transpose of r[0..7] in place (r[i] lane j -> r[j] lane i). */
+INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* panel[k - k0][ri] = W[r + ri][k] for k in [k0, k1), ri < R; rows R..15 are zero. */
+INLINE void fp_pack(int wt, const unsigned char *w, size_t wrb, int R, size_t k0, size_t k1, float *panel)
+{
+    const size_t kn = k1 - k0;
+    for (int rb = 0; rb < FP_ROWS; rb += 8) {
+        size_t k = 0;
+        for (; k + 8 <= kn; k += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = rb + i < R ? load_w8(wt, w + (size_t)(rb + i) * wrb, k0 + k) : _mm256_setzero_ps();
+            transpose8(v);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(panel + (k + (size_t)i) * FP_ROWS + rb, v[i]);
+        }
+        for (; k < kn; k++)
+            for (int i = 0; i < 8; i++)
+                panel[k * FP_ROWS + rb + i] = rb + i < R ? load_w1(wt, w + (size_t)(rb + i) * wrb, k0 + k) : 0.0f;
+    }
+}
+
+/* ap[k*FP_TOK + j] = a_j[k0 + k] for j < T (the group's activations interleaved by element, so a
+ * tile's broadcasts read one stream). */
+INLINE void fp_pack_acts(int T, const unsigned char *a, size_t arb, size_t k0, size_t kn, float *ap)
+{
+    for (int j = 0; j < T; j++) {
+        const float *aj = (const float *)(const void *)(a + (size_t)j * arb) + k0;
+        for (size_t k = 0; k < kn; k++) ap[k * FP_TOK + (size_t)j] = aj[k];
+    }
+}
+
+/* y[j*ys + ri] (+)= sum_k panel[k][ri] * ap[k][j] for ri < R, j < T (T a constant after inlining). */
+INLINE void fp_tile(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys, int add)
+{
+    __m256 c0[FP_TOK], c1[FP_TOK];
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) c0[j] = c1[j] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (size_t k = 0; k < kn; k++) {
+        const __m256 w0 = _mm256_load_ps(panel + k * FP_ROWS), w1 = _mm256_load_ps(panel + k * FP_ROWS + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            const __m256 b = _mm256_broadcast_ss(ap + k * FP_TOK + j);
+            c0[j] = _mm256_fmadd_ps(w0, b, c0[j]);
+            c1[j] = _mm256_fmadd_ps(w1, b, c1[j]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        float *yo = y + (size_t)j * ys;
+        if (R == FP_ROWS) {
+            __m256 s0 = c0[j], s1 = c1[j];
+            if (add) s0 = _mm256_add_ps(s0, _mm256_loadu_ps(yo)), s1 = _mm256_add_ps(s1, _mm256_loadu_ps(yo + 8));
+            _mm256_storeu_ps(yo, s0);
+            _mm256_storeu_ps(yo + 8, s1);
+        } else {
+            _Alignas(32) float v[FP_ROWS];
+            _mm256_store_ps(v, c0[j]);
+            _mm256_store_ps(v + 8, c1[j]);
+            for (int ri = 0; ri < R; ri++) yo[ri] = add ? yo[ri] + v[ri] : v[ri];
+        }
+    }
+}
+
+INLINE void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys, int add)
+{
+    switch (T) {
+    case 1: fp_tile(1, R, kn, panel, ap, y, ys, add); return;
+    case 2: fp_tile(2, R, kn, panel, ap, y, ys, add); return;
+    case 3: fp_tile(3, R, kn, panel, ap, y, ys, add); return;
+    case 4: fp_tile(4, R, kn, panel, ap, y, ys, add); return;
+    case 5: fp_tile(5, R, kn, panel, ap, y, ys, add); return;
+    default: fp_tile(6, R, kn, panel, ap, y, ys, add); return;
+    }
+}
+
+INLINE void gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+                             size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    _Alignas(32) float panel[FP_K * FP_ROWS];
+    /* the activations of FP_GROUPS token groups per pass: 128 tokens x FP_K floats = 128 KiB (L2) */
+    static __thread float acts[FP_GROUPS][FP_K * FP_TOK];
+    const unsigned char *pw = w, *pa = a;
+    for (size_t t0 = 0; t0 < n_tok; t0 += FP_GROUPS * FP_TOK) {
+        const size_t tn = n_tok - t0 < FP_GROUPS * FP_TOK ? n_tok - t0 : FP_GROUPS * FP_TOK;
+        for (size_t k0 = 0; k0 < n || k0 == 0; k0 += FP_K) {
+            const size_t k1 = n - k0 > FP_K ? k0 + FP_K : n;
+            for (size_t j = 0; j < tn; j += FP_TOK) {
+                const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
+                fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts[j / FP_TOK]);
+            }
+            for (size_t r = r0; r < r1; r += FP_ROWS) {
+                const int R = r1 - r < FP_ROWS ? (int)(r1 - r) : FP_ROWS;
+                fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
+                for (size_t j = 0; j < tn; j += FP_TOK) {
+                    const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
+                    fp_tile_rt(T, R, k1 - k0, panel, acts[j / FP_TOK], y + (t0 + j) * ys + r, ys, k0 > 0);
+                }
+            }
+            if (n == 0) break;
+        }
+    }
+}
+
+void cpu_avx2_gemm_panel_f32(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
+                             size_t n_tok, float *y, size_t ys)
+{
+    gemm_float_panel(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+}
+
+void cpu_avx2_gemm_panel_f16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
+                             size_t n_tok, float *y, size_t ys)
+{
+    gemm_float_panel(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+}
+
+void cpu_avx2_gemm_panel_bf16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
+                              size_t n_tok, float *y, size_t ys)
+{
+    gemm_float_panel(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+}
+
 /* ================================================================ quantized weights */
 
 /* 8 x i32 partial sums of w . a for one block; wabs = |w|. */

@@ -521,6 +521,72 @@ static void test_rows(enum cpu_isa max_isa)
     free(fref);
 }
 
+/* Every variant of every type on a wide slice: 37 rows sliced to [3, 37) (full 16-row panels and
+ * a partial one), 1..140 tokens (crossing the float panel's 6-token groups and its 132-token
+ * pass), 300 elements (two 128-element chunks and a tail). Against the reference gemm within the
+ * float-ordering bound; nothing written outside the slice or past the last token. */
+static void test_wide_gemm(void)
+{
+    enum { WR = 37, WN = 300, WT = 140, WS = 41 };
+    static const size_t toks[] = {1, 2, 6, 7, 12, 31, 33, 64, 131, 132, 133, 140};
+    static const enum tensor_type types[] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16, TENSOR_Q8_0, TENSOR_Q4_0};
+    const size_t r0 = 3, r1 = WR;
+    float *x = t_xmalloc(WN * sizeof(float)), *y = t_xmalloc((size_t)WT * WS * sizeof(float));
+    float *ref = t_xmalloc((size_t)WT * WS * sizeof(float)), *wd = t_xmalloc((size_t)WR * WN * sizeof(float));
+    float *ad = t_xmalloc((size_t)WT * WN * sizeof(float));
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const enum tensor_type t = types[ti], at = cpu_vec_dot_type(t);
+        const size_t n = t == TENSOR_Q8_0 || t == TENSOR_Q4_0 ? 288 : WN; /* quantized: whole blocks */
+        const size_t wrb = nbytes(t, n) + W_PAD, arb = nbytes(at, n) + A_PAD;
+        unsigned char *w = t_xmalloc(WR * wrb), *a = t_xmalloc(WT * arb);
+        for (size_t r = 0; r < WR; r++) {
+            for (size_t i = 0; i < n; i++) x[i] = rnd_sym() * 0.5f;
+            if (t == TENSOR_F32) memcpy(w + r * wrb, x, n * sizeof(float));
+            else if (t == TENSOR_Q8_0) cpu_quantize_row_q8_0(x, w + r * wrb, n);
+            else if (t == TENSOR_Q4_0) cpu_quantize_row_q4_0(x, w + r * wrb, n);
+            else
+                for (size_t i = 0; i < n; i++) {
+                    const uint16_t h = t == TENSOR_F16 ? cpu_f32_to_f16(x[i]) : cpu_f32_to_bf16(x[i]);
+                    memcpy(w + r * wrb + 2 * i, &h, 2);
+                }
+            cpu_dequant_row(t, w + r * wrb, wd + r * n, n);
+        }
+        for (size_t j = 0; j < WT; j++) {
+            fill_acts(x, n, (int)j);
+            cpu_prepare_row(t, x, a + j * arb, n);
+            if (at == TENSOR_F32) memcpy(ad + j * n, x, n * sizeof(float));
+            else cpu_dequant_row(at, a + j * arb, ad + j * n, n);
+        }
+        cpu_gemm_ref(t, n, w, wrb, r0, r1, a, arb, WT, ref, WS);
+        for (int vi = 0; vi < CPU_N_VARIANTS; vi++) {
+            for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {
+                const size_t nt = toks[k];
+                if (vi == CPU_VAR_SCALAR || !cpu_variant_available(cpu_family_of(nt), t, (enum cpu_variant)vi)) continue;
+                for (size_t i = 0; i < (size_t)WT * WS; i++) y[i] = -12345.0f;
+                cpu_gemm_variant((enum cpu_variant)vi, t, n, w, wrb, r0, r1, a, arb, nt, y, WS);
+                int errs = 0, stray = 0;
+                for (size_t j = 0; j < WT; j++)
+                    for (size_t c = 0; c < WS; c++) {
+                        const float v = y[j * WS + c];
+                        if (j < nt && c >= r0 && c < r1) {
+                            double sabs;
+                            (void)dot64(wd + c * n, ad + j * n, n, &sabs);
+                            if (!(fabs((double)v - ref[j * WS + c]) <= tolerance(t, n, sabs)) && errs++ < 3)
+                                fprintf(stderr, "  wide %s %s tok %zu/%zu row %zu: %.9g vs %.9g\n", tensor_type_name(t),
+                                        cpu_variant_name((enum cpu_variant)vi), j, nt, c, v, ref[j * WS + c]);
+                        } else if (v != -12345.0f) {
+                            stray++;
+                        }
+                    }
+                T_CHECK(errs == 0 && stray == 0, "wide gemm %s %s n_tok=%zu: %d wrong, %d stray", tensor_type_name(t),
+                        cpu_variant_name((enum cpu_variant)vi), nt, errs, stray);
+            }
+        }
+        free(w), free(a);
+    }
+    free(x), free(y), free(ref), free(wd), free(ad);
+}
+
 /* ------------------------------------------------------------------------------------------
  * Dispatch and type table
  * ------------------------------------------------------------------------------------------ */
@@ -571,6 +637,8 @@ int main(void)
         T_CHECK(cpu_kernels_set_isa((enum cpu_isa)isa) == (enum cpu_isa)isa, "set_isa(%d)", isa);
         test_dots((enum cpu_isa)isa);
     }
+    cpu_kernels_set_isa(max_isa);
+    test_wide_gemm();
     if (max_isa < CPU_ISA_AVX512) fprintf(stderr, "test_kernels: avx512 not on this cpu, not run\n");
     return t_finish("test_kernels");
 }
