@@ -207,6 +207,7 @@ KERNELS_FLOAT_ENTRIES(avx2)
 #define FP_TOK 6
 #define FP_K 128
 #define FP_GROUPS 22 /* token groups whose activations are packed per pass (132 tokens) */
+#define FP_RBLK 256  /* rows per block (a multiple of FP_ROWS) */
 
 /* 8x8 transpose of r[0..7] in place (r[i] lane j -> r[j] lane i). */
 INLINE void transpose8(__m256 r[8])
@@ -311,21 +312,25 @@ INLINE void gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t
     const unsigned char *pw = w, *pa = a;
     for (size_t t0 = 0; t0 < n_tok; t0 += FP_GROUPS * FP_TOK) {
         const size_t tn = n_tok - t0 < FP_GROUPS * FP_TOK ? n_tok - t0 : FP_GROUPS * FP_TOK;
-        for (size_t k0 = 0; k0 < n || k0 == 0; k0 += FP_K) {
-            const size_t k1 = n - k0 > FP_K ? k0 + FP_K : n;
-            for (size_t j = 0; j < tn; j += FP_TOK) {
-                const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts[j / FP_TOK]);
-            }
-            for (size_t r = r0; r < r1; r += FP_ROWS) {
-                const int R = r1 - r < FP_ROWS ? (int)(r1 - r) : FP_ROWS;
-                fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
+        /* row blocks keep the outputs a chunk adds into (132 tokens x 256 rows: 132 KiB) in L2 */
+        for (size_t rb = r0; rb < r1; rb += FP_RBLK) {
+            const size_t rbe = r1 - rb < FP_RBLK ? r1 : rb + FP_RBLK;
+            for (size_t k0 = 0; k0 < n || k0 == 0; k0 += FP_K) {
+                const size_t k1 = n - k0 > FP_K ? k0 + FP_K : n;
                 for (size_t j = 0; j < tn; j += FP_TOK) {
                     const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                    fp_tile_rt(T, R, k1 - k0, panel, acts[j / FP_TOK], y + (t0 + j) * ys + r, ys, k0 > 0);
+                    fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts[j / FP_TOK]);
                 }
+                for (size_t r = rb; r < rbe; r += FP_ROWS) {
+                    const int R = rbe - r < FP_ROWS ? (int)(rbe - r) : FP_ROWS;
+                    fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
+                    for (size_t j = 0; j < tn; j += FP_TOK) {
+                        const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
+                        fp_tile_rt(T, R, k1 - k0, panel, acts[j / FP_TOK], y + (t0 + j) * ys + r, ys, k0 > 0);
+                    }
+                }
+                if (n == 0) break;
             }
-            if (n == 0) break;
         }
     }
 }
