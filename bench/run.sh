@@ -84,3 +84,28 @@ for b in "$BUILD"/bench/bench_*; do
   esac
 done
 "$BUILD/bench/bench_sched" "$MODELS/qwen2.5-0.5b-shape-q8_0.gguf" "$THREADS" "qwen2.5-0.5b-shape q8_0"
+# the server under closed-loop load (bench/load.py): attnd serve, and llama-server beside it when
+# REF_BIN holds one, on the Q8_0 file, taking turns level by level; SERVER=0 skips it
+[ "${SERVER:-1}" = 0 ] && exit 0
+f=$MODELS/qwen2.5-0.5b-shape-q8_0.gguf
+port=$((18000 + RANDOM % 2000))
+logs=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logs"' EXIT
+"$ATTND" serve -m "$f" --port "$port" --threads "$THREADS" --ctx 256 --max-running 16 >"$logs/attnd.log" 2>&1 &
+pids+=($!)
+servers=("attnd=http://127.0.0.1:$port")
+if [ -n "${REF_BIN:-}" ] && [ -x "$REF_BIN/llama-server" ]; then
+  "$REF_BIN/llama-server" -m "$f" --port $((port + 1)) -t "$THREADS" -np 16 -c 4096 >"$logs/ref.log" 2>&1 &
+  pids+=($!)
+  servers=("reference=http://127.0.0.1:$((port + 1))" "${servers[@]}") # the ratio is attnd / reference
+fi
+for s in "${servers[@]}"; do
+  url=${s#*=}
+  for _ in $(seq 240); do
+    curl -sf "$url/health" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  curl -sf "$url/health" >/dev/null || { echo "run.sh: ${s%%=*} did not start:" >&2; tail -n 5 "$logs"/*.log >&2; exit 1; }
+done
+./bench/load.py "${servers[@]}" --clients "${SERVER_CLIENTS:-1,4,8,16}" --requests "${SERVER_REQUESTS:-3}"

@@ -75,6 +75,10 @@ def parse_args():
     p.add_argument("--copy-frac", type=float, default=0.15,
                    help="first share of the steps where --copy-share of the blocks are one random run repeated")
     p.add_argument("--copy-share", type=float, default=0.5)
+    p.add_argument("--copy-vocab", type=int, default=64,
+                   help="random runs draw from this many ids at first (0: the whole vocabulary)")
+    p.add_argument("--widen-at", type=int, default=250, help="step from which that alphabet doubles")
+    p.add_argument("--widen-every", type=int, default=50, help="steps per doubling")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--no-export", action="store_true")
     p.add_argument("--export-only", action="store_true", help="re-export WORK/kjv.pt (no training)")
@@ -93,6 +97,7 @@ class Sampler:
 
     def __init__(self, stream, bos, vocab, ctx, rng):
         self.stream, self.bos, self.vocab, self.ctx, self.rng = stream, bos, vocab, ctx, rng
+        self.rand_hi = vocab  # random runs draw ids from [FIRST_NORMAL, rand_hi): see copy_vocab()
 
     def natural(self, n):
         s = self.rng.randint(0, len(self.stream) - n)
@@ -107,13 +112,13 @@ class Sampler:
             reps = self.rng.randint(2, 5)
             while reps * L > T - 8:
                 reps -= 1
-            r = self.rng.randint(FIRST_NORMAL, self.vocab, size=L)
+            r = self.rng.randint(FIRST_NORMAL, self.rand_hi, size=L)
             p = self.rng.randint(0, T - reps * L + 1)
             body[p:p + reps * L] = np.tile(r, reps)
             mask[p:p + L] = 0.0  # the first copy cannot be predicted
         elif kind == "copy":  # the whole block: one random run repeated from just after BOS
             L = self.rng.randint(12, T // 2 + 1)
-            r = self.rng.randint(FIRST_NORMAL, self.vocab, size=L)
+            r = self.rng.randint(FIRST_NORMAL, self.rand_hi, size=L)
             body = np.tile(r, T // L + 1)[:T].astype(np.int64)
             mask[:L] = 0.0
         elif kind == "span":
@@ -226,6 +231,16 @@ def syn_share(step, total, start, end):
     if f < 0.6:
         return start + (end - start) * (f - 0.3) / 0.3
     return end
+
+
+def copy_vocab(step, start, widen_at, every, full):
+    """How many distinct ids the random runs draw from at a step: `start` until `widen_at`, then
+    doubled every `every` steps up to the whole vocabulary. The copying circuit forms within a
+    few hundred steps on a small alphabet (a probe: 64 ids, pure copy data, phase change at step
+    150-175) but not on the whole vocabulary; widening it afterwards carries it over."""
+    if start <= 0 or step < widen_at:
+        return full if start <= 0 else min(full, start)
+    return min(full, start << (1 + (step - widen_at) // max(1, every)))
 
 
 def lr_at(step, total, peak, warmup):
@@ -377,6 +392,8 @@ def train_loop(args, model, data, prior, rng):
         for g in opt.param_groups:
             g["lr"] = lr
         copy = args.copy_share if step < args.copy_frac * total else 0.0
+        sampler.rand_hi = FIRST_NORMAL + copy_vocab(step, args.copy_vocab, args.widen_at, args.widen_every,
+                                                    cfg.vocab - FIRST_NORMAL)
         x, y, m = sampler.batch(args.batch, syn, args.nat_rep, copy)
         loss = masked_ce(model(x), y, m)
         opt.zero_grad(set_to_none=True)
@@ -391,9 +408,9 @@ def train_loop(args, model, data, prior, rng):
             print("sizing: %.2f s/step -> %d steps for %.0f min (reproduce with --steps %d)"
                   % (el / 20, total, args.minutes, total), flush=True)
         if step % 10 == 0 or step == total or step <= 5:
-            print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f copy %.2f  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
-                  % (step, total, loss.item(), lr, syn, copy, tokens / el, tokens / 1e6, (total - step) * el / step / 60),
-                  flush=True)
+            print("step %5d/%d  loss %.4f  lr %.2e  syn %.2f copy %.2f ids %4d  %6.0f tok/s  %5.1fM tok  ETA %4.1f min"
+                  % (step, total, loss.item(), lr, syn, copy, sampler.rand_hi - FIRST_NORMAL, tokens / el, tokens / 1e6,
+                     (total - step) * el / step / 60), flush=True)
             log.append({"kind": "train", "step": p_steps + step, "tokens": p_tokens + tokens, "loss": loss.item(),
                         "time": el, "phase": phase})
         if not args.steps and el > args.max_over * args.minutes * 60 and step < total:
