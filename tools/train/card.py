@@ -61,6 +61,12 @@ def main():
                 "staying there") % (100 * args["syn_start"], min(48, cfg["ctx"] // 3), 100 * args["syn_end"]))
     syn.append("another %.0f %% are natural text with one of their own spans (8-%d tokens) copied further on"
                % (100 * args["nat_rep"], min(64, cfg["ctx"] // 4)))
+    if args.get("copy_vocab"):
+        syn.append("the random tokens of both kinds come from a small alphabet at first: %d ids (the first "
+                   "learned pieces) until step %d, then twice as many every %d steps until the whole vocabulary "
+                   "is in use (the copying circuit forms within a few hundred steps on a small alphabet and "
+                   "carries over as it widens; on the whole vocabulary from the start it did not form in any "
+                   "run, see below)" % (args["copy_vocab"], args["widen_at"], args["widen_every"]))
     s.append("\n**Synthetic data mixed in** (to make the copying circuit form within the budget): "
              + "; ".join(syn) + ".")
     s.append("\n## Vocabulary\n")
