@@ -147,9 +147,10 @@ run: ## build and start the daemon on the shipped model (models/kjv.gguf: traine
 	$(BIN) serve --model $(MODEL)
 
 TRAIN_MINUTES ?= 45
+TRAIN_THREADS ?= 2
 model: $(BIN) ## retrain models/kjv.gguf, its goldens and its card from the KJV text (tools/train; models/README.md)
 	./deploy/install-deps.sh train
-	/usr/bin/python3 -u tools/train/train.py --minutes $(TRAIN_MINUTES) $(TRAIN_ARGS)
+	/usr/bin/python3 -u tools/train/train.py --minutes $(TRAIN_MINUTES) --threads $(TRAIN_THREADS) $(TRAIN_ARGS)
 	$(BIN) heads -m models/kjv.gguf --json > build/train/heads.json
 	/usr/bin/python3 tools/train/card.py --census build/train/heads.json --notes tools/train/attempts.md
 

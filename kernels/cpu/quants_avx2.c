@@ -124,23 +124,34 @@ static inline __m256i q3k_chunk(const unsigned char *pw, int h, int j)
 
 /* ---- 32-blocks against Q8_0 ---- */
 
+/* One block into acc (and its min term into accm). */
+static inline void dot32_block(enum kind32 k, const unsigned char *pw, const unsigned char *pa, __m256 *acc, __m256 *accm)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    const float d = ld_f16(pw) * ld_f16(pa);
+    const __m256i av = loadu256(pa + 2), wq = w32(k, pw);
+    const __m256i p = k32_unsigned(k) ? pairs_u8(wq, av) : pairs_s8(wq, av);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), *acc);
+    if (k32_unsigned(k)) {
+        const float m = ld_f16(pw + 2) * ld_f16(pa);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), av), ones);
+        *accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), *accm);
+    }
+}
+
+/* Two blocks per step into two accumulators: the FMA chain no longer sets the pace. */
 static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
-    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    for (size_t b = 0; b < n / 32; b++, pw += k32_bytes[k], pa += CPU_Q8_0_BYTES) {
-        const float d = ld_f16(pw) * ld_f16(pa);
-        const __m256i av = loadu256(pa + 2), wq = w32(k, pw);
-        const __m256i p = k32_unsigned(k) ? pairs_u8(wq, av) : pairs_s8(wq, av);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
-        if (k32_unsigned(k)) {
-            const float m = ld_f16(pw + 2) * ld_f16(pa);
-            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, av), ones);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), accm);
-        }
+    const size_t wb = k32_bytes[k], nb = n / 32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm0 = acc0, accm1 = acc0;
+    size_t b = 0;
+    for (; b + 2 <= nb; b += 2, pw += 2 * wb, pa += 2 * CPU_Q8_0_BYTES) {
+        dot32_block(k, pw, pa, &acc0, &accm0);
+        dot32_block(k, pw + wb, pa + CPU_Q8_0_BYTES, &acc1, &accm1);
     }
-    return hsum_ps(_mm256_add_ps(acc, accm));
+    if (b < nb) dot32_block(k, pw, pa, &acc0, &accm0);
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(accm0, accm1)));
 }
 
 float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a) { return dot32(K_Q4_1, n, w, a); }

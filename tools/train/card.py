@@ -51,10 +51,12 @@ def main():
     n_copy = int(args.get("copy_frac", 0) * info.get("phase1", info)["steps"])
     syn = []
     if n_copy and args.get("copy_share"):
-        syn.append("for the first %d steps (%.0f %% of them), %.0f %% of the blocks are one run of 12-%d uniformly "
+        pure = args.get("copy_pure", 0)
+        syn.append("%sfor the first %d steps (%.0f %% of them), %.0f %% of the blocks are one run of 6-%d uniformly "
                    "random tokens repeated from just after BOS to the end of the block (no loss on the first copy, "
-                   "which cannot be predicted)" % (n_copy, 100 * args["copy_frac"], 100 * args["copy_share"],
-                                                   cfg["ctx"] // 2))
+                   "which cannot be predicted)"
+                   % ("the first %d steps are only such copying blocks (no text); then " % pure if pure else "",
+                      n_copy, 100 * args["copy_frac"], 100 * args["copy_share"], min(30, cfg["ctx"] // 2)))
     lead = "of the other blocks, %.0f %% hold" if syn else "%.0f %% of the blocks hold"
     syn.append((lead + " a run of 8-%d random tokens repeated 2-4 times at a random place inside natural text "
                 "(first copy unscored) for the first 30 %% of steps, falling linearly to %.0f %% at 60 %% and "

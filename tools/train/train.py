@@ -67,18 +67,20 @@ def parse_args():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--rope-base", type=float, default=500000.0)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--syn-start", type=float, default=0.3, help="share of random-repeat sequences early")
     p.add_argument("--syn-end", type=float, default=0.15, help="share of random-repeat sequences late")
     p.add_argument("--nat-rep", type=float, default=0.1, help="share of natural sequences with a copied span")
-    p.add_argument("--copy-frac", type=float, default=0.15,
+    p.add_argument("--copy-frac", type=float, default=0.45,
                    help="first share of the steps where --copy-share of the blocks are one random run repeated")
     p.add_argument("--copy-share", type=float, default=0.5)
+    p.add_argument("--copy-pure", type=int, default=400,
+                   help="the first steps are all copying data (the circuit forms before text competes)")
     p.add_argument("--copy-vocab", type=int, default=64,
                    help="random runs draw from this many ids at first (0: the whole vocabulary)")
-    p.add_argument("--widen-at", type=int, default=250, help="step from which that alphabet doubles")
-    p.add_argument("--widen-every", type=int, default=50, help="steps per doubling")
+    p.add_argument("--widen-at", type=int, default=450, help="step from which that alphabet doubles")
+    p.add_argument("--widen-every", type=int, default=100, help="steps per doubling")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--no-export", action="store_true")
     p.add_argument("--export-only", action="store_true", help="re-export WORK/kjv.pt (no training)")
@@ -117,7 +119,7 @@ class Sampler:
             body[p:p + reps * L] = np.tile(r, reps)
             mask[p:p + L] = 0.0  # the first copy cannot be predicted
         elif kind == "copy":  # the whole block: one random run repeated from just after BOS
-            L = self.rng.randint(12, T // 2 + 1)
+            L = self.rng.randint(6, min(31, T // 2 + 1))
             r = self.rng.randint(FIRST_NORMAL, self.rand_hi, size=L)
             body = np.tile(r, T // L + 1)[:T].astype(np.int64)
             mask[:L] = 0.0
@@ -176,9 +178,18 @@ class Probe:
         r = rng.randint(FIRST_NORMAL, vocab, size=(16, L))
         self.ind = torch.from_numpy(np.concatenate((np.full((16, 1), bos), r, r), axis=1))
         self.ind_L = L
+        self.sub_u = rng.rand(16, L)  # the same probe on the training alphabet of the moment
+        self.bos = bos
+
+    @staticmethod
+    def _induction(model, seq, L):
+        model(seq, keep_attn=True)
+        A = model.attn_maps()
+        d = torch.arange(L + 1, 2 * L + 1)
+        return A[:, :, :, d, d - L + 1].mean(dim=(1, 3))
 
     @torch.no_grad()
-    def run(self, model):
+    def run(self, model, alphabet_hi=None):
         model.eval()
         out = {}
         x, y = self.text[:, :-1], self.text[:, 1:]
@@ -194,11 +205,12 @@ class Probe:
         S, a, b = self.span
         out["rep_first"] = lr[:, a:a + S - 1].mean().item()
         out["rep_second"] = lr[:, b:b + S - 1].mean().item()
-        model(self.ind, keep_attn=True)
-        A = model.attn_maps()
         L = self.ind_L
-        d = torch.arange(L + 1, 2 * L + 1)
-        ind = A[:, :, :, d, d - L + 1].mean(dim=(1, 3))
+        ind = self._induction(model, self.ind, L)
+        if alphabet_hi:
+            r = torch.from_numpy(FIRST_NORMAL + (self.sub_u * (alphabet_hi - FIRST_NORMAL)).astype(np.int64))
+            seq = torch.cat((torch.full((16, 1), self.bos, dtype=torch.int64), r, r), dim=1)
+            out["ind_alphabet"] = self._induction(model, seq, L).max().item()
         out["prev"] = prev.tolist()
         out["ind"] = ind.tolist()
         out["prev_max"] = prev.max().item()
@@ -391,7 +403,7 @@ def train_loop(args, model, data, prior, rng):
         lr = lr_at(step, total, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        copy = args.copy_share if step < args.copy_frac * total else 0.0
+        copy = 1.0 if step < args.copy_pure else args.copy_share if step < args.copy_frac * total else 0.0
         sampler.rand_hi = FIRST_NORMAL + copy_vocab(step, args.copy_vocab, args.widen_at, args.widen_every,
                                                     cfg.vocab - FIRST_NORMAL)
         x, y, m = sampler.batch(args.batch, syn, args.nat_rep, copy)
@@ -417,11 +429,12 @@ def train_loop(args, model, data, prior, rng):
             print("over the time budget: stopping at step %d of %d" % (step, total), flush=True)
             total = step
         if step % args.eval_every == 0 or step == total:
-            r = probe.run(model)
+            r = probe.run(model, sampler.rand_hi)
             r.update(kind="eval", step=p_steps + step, tokens=p_tokens + tokens, time=time.time() - t_loop, phase=phase)
             log.append(r)
-            print("eval  %5d  held-out %.4f  span 1st %.3f 2nd %.3f  prev-token %.3f  induction %.3f"
-                  % (step, r["held_loss"], r["rep_first"], r["rep_second"], r["prev_max"], r["ind_max"]), flush=True)
+            print("eval  %5d  held-out %.4f  span 1st %.3f 2nd %.3f  prev-token %.3f  induction %.3f (%.3f on the %d-id "
+                  "alphabet)" % (step, r["held_loss"], r["rep_first"], r["rep_second"], r["prev_max"], r["ind_max"],
+                                 r.get("ind_alphabet", 0), sampler.rand_hi - FIRST_NORMAL), flush=True)
             if args.stop_induction and r["ind_max"] >= args.stop_induction and r["prev_max"] >= 0.5 and step < total:
                 print("the copying circuit is there: stopping at step %d" % step, flush=True)
                 total = step
