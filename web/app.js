@@ -30,7 +30,7 @@
   };
   let heatSeq = 0, gridSeq = 0, lensSeq = 0, lensTimer = 0;
   // a made-up phrase (not in the corpus) said twice: the second time only copying predicts it
-  const REPEAT_PROMPT = 'Then Jonah saw seven white horses by the river of Gilead, and Jonah saw seven white horses by the';
+  const REPEAT_PROMPT = 'Jonah and Boaz saw seven white horses near Tarshish. Jonah and Boaz saw seven white horses near Tarshish.';
 
   // ---- errors and API calls -------------------------------------------------------------------
 

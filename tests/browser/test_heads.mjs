@@ -72,23 +72,27 @@ try {
   const attn = (await apiAt(base, `/attention?id=${id}&layer=${best.layer}&head=${best.head}`)).json;
   // induction: rows of the second copy, column after the earlier occurrence; else every row, column i-1
   const rows = induction ? copyRows(attn.token_ids) : attn.token_ids.slice(2).map((_, k) => [k + 2, k + 1]);
-  // brightest cell of each such row, from the drawn canvas (cell centres, sum of RGB)
-  const bright = await page.evaluate((rs) => {
+  // brightest cell of each such row, from the drawn canvas (cell centres, sum of RGB). For an
+  // induction head the first-token column is left out: the shipped model's strongest one parks
+  // there (its first-token score is 0.6) where the next token needs no copying - after common
+  // words like 'and' - and copies where it does, so its brightest cell off the sink is the test
+  const from = induction ? 1 : 0;
+  const bright = await page.evaluate(([rs, j0]) => {
     const cv = document.getElementById('heatmap'), ctx = cv.getContext('2d');
     const cell = Number(cv.dataset.cell), m = Number(cv.dataset.margin);
     return rs.map(([i]) => {
       let bestJ = -1, bestV = -1;
-      for (let j = 0; j <= i; j++) {
+      for (let j = j0; j <= i; j++) {
         const d = ctx.getImageData(Math.floor(m + (j + 0.5) * cell), Math.floor(m + (i + 0.5) * cell), 1, 1).data;
         const v = d[0] + d[1] + d[2];
         if (v > bestV) { bestV = v; bestJ = j; }
       }
       return bestJ;
     });
-  }, rows);
+  }, [rows, from]);
   const hits = rows.filter(([, want], k) => bright[k] === want).length;
   if (induction) {
-    console.log(`L${best.layer} H${best.head}: the brightest cell is the token after the earlier occurrence in ` +
+    console.log(`L${best.layer} H${best.head}: the brightest cell (off the first token) is the token after the earlier occurrence in ` +
       `${hits} of ${rows.length} second-copy rows`);
     check(rows.length >= 5, `the repeated-phrase prompt gives ${rows.length} second-copy rows`);
     check(hits >= 0.8 * rows.length, `brightest cell on the induction target in only ${hits}/${rows.length} rows`);

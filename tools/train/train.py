@@ -68,18 +68,20 @@ def parse_args():
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--rope-base", type=float, default=500000.0)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--syn-start", type=float, default=0.3, help="share of random-repeat sequences early")
     p.add_argument("--syn-end", type=float, default=0.15, help="share of random-repeat sequences late")
     p.add_argument("--nat-rep", type=float, default=0.1, help="share of natural sequences with a copied span")
     p.add_argument("--copy-frac", type=float, default=0.45,
                    help="first share of the steps where --copy-share of the blocks are one random run repeated")
     p.add_argument("--copy-share", type=float, default=0.5)
-    p.add_argument("--copy-pure", type=int, default=400,
-                   help="the first steps are all copying data (the circuit forms before text competes)")
+    p.add_argument("--copy-pure", type=int, default=1000,
+                   help="at most this many first steps are all copying data (the circuit forms before text competes)")
+    p.add_argument("--copy-formed", type=float, default=0.5,
+                   help="the all-copying phase ends once induction on its alphabet reaches this (checked every 25 steps)")
     p.add_argument("--copy-vocab", type=int, default=64,
                    help="random runs draw from this many ids at first (0: the whole vocabulary)")
-    p.add_argument("--widen-at", type=int, default=450, help="step from which that alphabet doubles")
+    p.add_argument("--widen-at", type=int, default=50, help="steps after the all-copying phase until that alphabet doubles")
     p.add_argument("--widen-every", type=int, default=100, help="steps per doubling")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--no-export", action="store_true")
@@ -130,6 +132,22 @@ class Sampler:
             body[b:b + L] = body[a:a + L]
         return np.concatenate(([self.bos], body)), mask
 
+    def copy_batch(self, n, rng, alphabet):
+        """The all-copying phase: n blocks of BOS + one run of 6-30 ids from the first `alphabet`
+        learned pieces, repeated to the end (no loss on the first copy), from its own generator."""
+        T = self.ctx
+        xs, ms = [], []
+        for _ in range(n):
+            L = rng.randint(6, 31)
+            r = rng.randint(FIRST_NORMAL, FIRST_NORMAL + alphabet, size=L)
+            body = np.tile(r, T // L + 1)[:T]
+            mask = np.ones(T, np.float32)
+            mask[:L] = 0.0
+            xs.append(np.concatenate(([self.bos], body)))
+            ms.append(mask)
+        x = torch.from_numpy(np.stack(xs))
+        return x[:, :-1], x[:, 1:], torch.from_numpy(np.stack(ms))
+
     def batch(self, n, syn, nat_rep, copy=0.0):
         xs, ms = [], []
         for _ in range(n):
@@ -178,7 +196,8 @@ class Probe:
         r = rng.randint(FIRST_NORMAL, vocab, size=(16, L))
         self.ind = torch.from_numpy(np.concatenate((np.full((16, 1), bos), r, r), axis=1))
         self.ind_L = L
-        self.sub_u = rng.rand(16, L)  # the same probe on the training alphabet of the moment
+        self.sub_L = 30  # the same probe on the training alphabet of the moment (as long as its runs)
+        self.sub_u = rng.rand(16, self.sub_L)
         self.bos = bos
 
     @staticmethod
@@ -187,6 +206,17 @@ class Probe:
         A = model.attn_maps()
         d = torch.arange(L + 1, 2 * L + 1)
         return A[:, :, :, d, d - L + 1].mean(dim=(1, 3))
+
+    @torch.no_grad()
+    def alphabet_induction(self, model, hi):
+        """The best induction score on random ids from [FIRST_NORMAL, hi), repeated once."""
+        was = model.training
+        model.eval()
+        r = torch.from_numpy(FIRST_NORMAL + (self.sub_u * (hi - FIRST_NORMAL)).astype(np.int64))
+        seq = torch.cat((torch.full((16, 1), self.bos, dtype=torch.int64), r, r), dim=1)
+        v = self._induction(model, seq, self.sub_L).max().item()
+        model.train(was)
+        return v
 
     @torch.no_grad()
     def run(self, model, alphabet_hi=None):
@@ -208,9 +238,7 @@ class Probe:
         L = self.ind_L
         ind = self._induction(model, self.ind, L)
         if alphabet_hi:
-            r = torch.from_numpy(FIRST_NORMAL + (self.sub_u * (alphabet_hi - FIRST_NORMAL)).astype(np.int64))
-            seq = torch.cat((torch.full((16, 1), self.bos, dtype=torch.int64), r, r), dim=1)
-            out["ind_alphabet"] = self._induction(model, seq, L).max().item()
+            out["ind_alphabet"] = self.alphabet_induction(model, alphabet_hi)
         out["prev"] = prev.tolist()
         out["ind"] = ind.tolist()
         out["prev_max"] = prev.max().item()
@@ -398,15 +426,21 @@ def train_loop(args, model, data, prior, rng):
     phase = 2 if prior else 1
     log, tokens, t_loop, step = (list(prior["log"]) if prior else []), 0, time.time(), 0
     total = args.steps or 10 ** 9
+    pure_end = args.copy_pure  # the all-copying phase ends when the circuit is there (or at this step)
+    copy_rng = np.random.RandomState(args.seed)
     while step < total:
         syn = syn_share(step, total, args.syn_start, args.syn_end) if args.steps or step >= 20 else args.syn_start
-        lr = lr_at(step, total, args.lr, args.warmup)
+        # constant after the warm-up while only copying; the cosine runs over the text steps
+        lr = lr_at(step, total, args.lr, args.warmup) if step >= pure_end else args.lr * min(1.0, (step + 1) / args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        copy = 1.0 if step < args.copy_pure else args.copy_share if step < args.copy_frac * total else 0.0
-        sampler.rand_hi = FIRST_NORMAL + copy_vocab(step, args.copy_vocab, args.widen_at, args.widen_every,
-                                                    cfg.vocab - FIRST_NORMAL)
-        x, y, m = sampler.batch(args.batch, syn, args.nat_rep, copy)
+        copy = 1.0 if step < pure_end else args.copy_share if step < args.copy_frac * total else 0.0
+        sampler.rand_hi = FIRST_NORMAL + copy_vocab(step, args.copy_vocab, pure_end + args.widen_at,
+                                                    args.widen_every, cfg.vocab - FIRST_NORMAL)
+        if step < pure_end:
+            x, y, m = sampler.copy_batch(args.batch, copy_rng, args.copy_vocab)
+        else:
+            x, y, m = sampler.batch(args.batch, syn, args.nat_rep, copy)
         loss = masked_ce(model(x), y, m)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -428,6 +462,14 @@ def train_loop(args, model, data, prior, rng):
         if not args.steps and el > args.max_over * args.minutes * 60 and step < total:
             print("over the time budget: stopping at step %d of %d" % (step, total), flush=True)
             total = step
+        if step < pure_end and step % 25 == 0:
+            ia = probe.alphabet_induction(model, sampler.rand_hi)
+            print("copy phase %d: induction %.3f on the %d-id alphabet" % (step, ia, sampler.rand_hi - FIRST_NORMAL),
+                  flush=True)
+            if ia >= args.copy_formed:
+                print("the copying circuit formed at step %d: text from here" % step, flush=True)
+                pure_end = step
+                log.append({"kind": "formed", "step": p_steps + step, "induction_alphabet": ia})
         if step % args.eval_every == 0 or step == total:
             r = probe.run(model, sampler.rand_hi)
             r.update(kind="eval", step=p_steps + step, tokens=p_tokens + tokens, time=time.time() - t_loop, phase=phase)
