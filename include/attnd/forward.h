@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/fwd_kernels.h"
 #include "attnd/fwd_seq.h"
 #include "attnd/model.h"
 #include "attnd/status.h"
@@ -66,20 +67,6 @@ const char *fwd_device_name(const struct fwd_ctx *c);
 /* Vulkan validation-layer errors seen on the context's device (0 on the CPU or without the layer). */
 unsigned fwd_validation_errors(const struct fwd_ctx *c);
 
-/* Which CPU kernels run (the cpu backend): per weight type of the model's matrices, the variant
- * of each matrix-product family, and how they were chosen. */
-#define FWD_KERNEL_TYPES 8
-#define FWD_KERNEL_FAMILIES 3 /* matvec (1 token), batch (2-32), gemm (more) */
-struct fwd_kernels {
-    char cpu[64], isa[16], chosen_by[16]; /* chosen_by: "measured", "cached" or "rules" */
-    char fa2[16];                         /* the attention kernel */
-    const char *family[FWD_KERNEL_FAMILIES];
-    int n_types;
-    struct {
-        char type[16];
-        char variant[FWD_KERNEL_FAMILIES][16];
-    } types[FWD_KERNEL_TYPES];
-};
 /* Fills *out and returns 1 on the cpu backend; returns 0 (out untouched) on Vulkan. */
 int fwd_kernels(const struct fwd_ctx *c, struct fwd_kernels *out);
 

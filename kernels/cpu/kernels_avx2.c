@@ -253,8 +253,8 @@ INLINE void fp_pack(int wt, const unsigned char *w, size_t wrb, int R, size_t k0
 INLINE void fp_pack_acts(int T, const unsigned char *a, size_t arb, size_t k0, size_t kn, float *ap)
 {
     for (int j = 0; j < T; j++) {
-        const float *aj = (const float *)(const void *)(a + (size_t)j * arb) + k0;
-        for (size_t k = 0; k < kn; k++) ap[k * FP_TOK + (size_t)j] = aj[k];
+        const unsigned char *aj = a + (size_t)j * arb + 4 * k0; /* rows need only byte alignment */
+        for (size_t k = 0; k < kn; k++) ap[k * FP_TOK + (size_t)j] = ld_f32(aj + 4 * k);
     }
 }
 

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attnd/forward.h"
+#include "attnd/fwd_kernels.h"
 #include "attnd/fwd_seq.h"
 #include "attnd/model.h"
 #include "attnd/status.h"
