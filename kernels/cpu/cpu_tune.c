@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attnd/check.h"
 #include "attnd/log.h"
 
 #define TUNE_MAGIC "attnd-cpu-tune 1" /* bump when a kernel changes enough to void old times */
@@ -27,12 +28,6 @@ static enum cpu_tune_source g_source = CPU_TUNE_RULES;
 static char g_path[512];
 static char g_cpu[64];
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void times_init(void)
 {
@@ -115,9 +110,9 @@ static size_t prepare_acts(enum tensor_type t)
 
 static double timed_run(enum cpu_variant v, enum tensor_type t, size_t wrb, size_t arb, size_t rows, size_t ntok)
 {
-    const double t0 = now_s();
+    const double t0 = check_now_s();
     cpu_gemm_variant(v, t, TUNE_N, g_bufs.w, wrb, 0, rows, g_bufs.a, arb, ntok, g_bufs.y, rows);
-    return now_s() - t0;
+    return check_now_s() - t0;
 }
 
 /* The row slice over which one run of v lasts TUNE_MIN_S (or every row); 0 if v cannot run. */
@@ -153,14 +148,6 @@ static void measure_family(enum cpu_family f, enum tensor_type t, double ns[CPU_
                              ((double)rows[v] * (double)ntok);
             if (ns[v] < 0 || d < ns[v]) ns[v] = d;
         }
-}
-
-double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
-{
-    double ns[CPU_N_VARIANTS];
-    if ((unsigned)v >= CPU_N_VARIANTS || !cpu_variant_available(f, t, v)) return -1.0;
-    measure_family(f, t, ns);
-    return ns[v];
 }
 
 /* ================================================================ cache file */
@@ -300,7 +287,7 @@ enum cpu_tune_source cpu_tune(const enum tensor_type *types, int n, const char *
     else default_path(g_path, sizeof g_path);
     if (g_path[0]) cache_read(g_path);
     int measured = 0;
-    const double t0 = now_s();
+    const double t0 = check_now_s();
     for (int i = 0; i < n; i++) {
         const enum tensor_type t = types[i];
         if ((unsigned)t >= TENSOR_TYPE_MAX || !cpu_type_supported(t)) continue;
@@ -318,7 +305,7 @@ enum cpu_tune_source cpu_tune(const enum tensor_type *types, int n, const char *
         }
     }
     if (measured) {
-        log_info("cpu tune: %d measurements in %.2f s%s%s", measured, now_s() - t0, g_path[0] ? ", cached in " : "",
+        log_info("cpu tune: %d measurements in %.2f s%s%s", measured, check_now_s() - t0, g_path[0] ? ", cached in " : "",
                  g_path);
         if (g_path[0]) cache_write(g_path);
     }

@@ -32,10 +32,6 @@ enum cpu_tune_source {
 /* Chooses the variants for the n types (duplicates and unsupported types are skipped). cache: a
  * path, "" for none, NULL for the default above. Returns how the choices were made. */
 enum cpu_tune_source cpu_tune(const enum tensor_type *types, int n, const char *cache);
-/* One measurement: nanoseconds per (row, token) of variant v on family f for type t (best of 5
- * runs on one thread, taking turns with the family's other variants); negative if v is not
- * available. */
-double cpu_tune_measure(enum cpu_family f, enum tensor_type t, enum cpu_variant v);
 /* The recorded time of (f, t, v) from the last cpu_tune, or a negative value. */
 double cpu_tune_time(enum cpu_family f, enum tensor_type t, enum cpu_variant v);
 /* Forgets every time and choice (the rules apply; the next cpu_tune reads the cache or measures). */

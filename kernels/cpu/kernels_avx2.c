@@ -9,9 +9,9 @@
  * The GEMMs register-block 2 weight rows x 4 tokens: each weight vector is loaded (and for Q4_0
  * unpacked) once for 4 tokens and each activation vector once for 2 rows. Q8_0 weights with
  * n_tok >= 4 take gemm_q8_il instead: activations repacked so that one cvt + fma covers 4 tokens.
- * cpu_gemm sends Q4_0 with 2 or more tokens to the int8 panel GEMM (quants_avx2.c), so the Q4_0
- * tiles here are reached only by calling cpu_avx2_gemm_q4_0 directly; cpu_gemm uses its
- * matrix-vector path. */
+ * For 2 or more tokens of Q4_0, and for prompts of F32/F16/BF16, the dispatcher weighs these
+ * against the panel GEMMs (the int8 one in quants_avx2.c, the float one below) and runs whichever
+ * it measured faster (cpu_tune.c). */
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
 

@@ -5,12 +5,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-double api_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "attnd/check.h"
+
+double api_now(void) { return check_now_s(); }
 
 bool api_peer_gone(int fd)
 {

@@ -13,6 +13,13 @@ void check_fail(const char *file, int line, const char *expr)
     abort();
 }
 
+double check_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void check_deadline(struct timespec *ts, int ms)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);

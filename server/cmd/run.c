@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/check.h"
 #include "attnd/forward.h"
 #include "attnd/genstep.h"
 #include "attnd/model.h"
@@ -22,12 +23,6 @@
 
 #define MAX_STOPS 16 /* keep the --stop help text in step */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Output sink: plain streaming to stdout, or collected for --json. */
 struct sink {
@@ -68,12 +63,12 @@ struct run_times {
 static int generate(struct fwd_ctx *c, struct gen *g, const int32_t *ptoks, size_t np, long n_predict, float *logits,
                     int32_t *gen, size_t *ng, struct sink *out, const char **finish, struct run_times *rt)
 {
-    double t0 = now_s();
+    double t0 = check_now_s();
     if (fwd_eval(c, ptoks, (int)np, false, logits)) {
         fprintf(stderr, "attnd run: evaluation failed\n");
         return 1;
     }
-    double t1 = now_s();
+    double t1 = check_now_s();
     while ((long)*ng < n_predict) {
         struct gen_token gt;
         if (gen_step(g, logits, &gt)) {
@@ -94,7 +89,7 @@ static int generate(struct fwd_ctx *c, struct gen *g, const int32_t *ptoks, size
     gen_finish(g, &tail, &tail_len); /* what the detokenizer and the stop matcher still hold */
     emit(out, tail, tail_len);
     rt->pp_s = t1 - t0;
-    rt->tg_s = now_s() - t1;
+    rt->tg_s = check_now_s() - t1;
     return 0;
 }
 

@@ -106,12 +106,7 @@ struct sched {
     struct sched_stats stats; /* copy published by the worker after each step */
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return check_now_s() * 1e3; }
 
 static void req_free(struct req *r)
 {

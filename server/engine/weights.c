@@ -1,6 +1,8 @@
 /* weights.c - bulk file reads for model loading: io_uring with a pread fallback. */
 #include "attnd/weights.h"
 
+#include "attnd/check.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,12 +17,6 @@
 #define CHUNK (8u << 20) /* bytes per read request */
 #define QUEUE_DEPTH 8    /* reads in flight */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static enum weights_fault g_fault;
 static uint64_t g_fault_at;
@@ -156,7 +152,7 @@ attnd_status weights_read(const char *path, uint64_t off, uint64_t size, void *d
                           char *err, size_t errlen)
 {
     char tmp[256];
-    double t0 = now_s();
+    double t0 = check_now_s();
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
@@ -177,7 +173,7 @@ attnd_status weights_read(const char *path, uint64_t off, uint64_t size, void *d
     }
     if (stats) {
         stats->method = method;
-        stats->seconds = now_s() - t0;
+        stats->seconds = check_now_s() - t0;
         stats->bytes = size;
     }
     return ATTND_OK;

@@ -122,9 +122,7 @@ class Sampler:
             mask[p:p + L] = 0.0  # the first copy cannot be predicted
         elif kind == "copy":  # the whole block: one random run repeated from just after BOS
             L = self.rng.randint(6, min(31, T // 2 + 1))
-            r = self.rng.randint(FIRST_NORMAL, self.rand_hi, size=L)
-            body = np.tile(r, T // L + 1)[:T].astype(np.int64)
-            mask[:L] = 0.0
+            body, mask = self.repeated(self.rng.randint(FIRST_NORMAL, self.rand_hi, size=L))
         elif kind == "span":
             L = self.rng.randint(8, max(9, min(65, T // 4)))
             a = self.rng.randint(0, T // 2 - L)
@@ -132,17 +130,21 @@ class Sampler:
             body[b:b + L] = body[a:a + L]
         return np.concatenate(([self.bos], body)), mask
 
+    def repeated(self, r):
+        """A block body of the run r repeated to ctx tokens, and its loss mask (the first copy,
+        which cannot be predicted, unscored)."""
+        T, L = self.ctx, len(r)
+        mask = np.ones(T, dtype=np.float32)
+        mask[:L] = 0.0
+        return np.tile(r, T // L + 1)[:T].astype(np.int64), mask
+
     def copy_batch(self, n, rng, alphabet):
         """The all-copying phase: n blocks of BOS + one run of 6-30 ids from the first `alphabet`
         learned pieces, repeated to the end (no loss on the first copy), from its own generator."""
-        T = self.ctx
         xs, ms = [], []
         for _ in range(n):
             L = rng.randint(6, 31)
-            r = rng.randint(FIRST_NORMAL, FIRST_NORMAL + alphabet, size=L)
-            body = np.tile(r, T // L + 1)[:T]
-            mask = np.ones(T, np.float32)
-            mask[:L] = 0.0
+            body, mask = self.repeated(rng.randint(FIRST_NORMAL, FIRST_NORMAL + alphabet, size=L))
             xs.append(np.concatenate(([self.bos], body)))
             ms.append(mask)
         x = torch.from_numpy(np.stack(xs))
