@@ -33,6 +33,8 @@ LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lvulkan -lm
 # Per-file instruction sets: only these files use them, behind a run-time CPU check.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+# quants_avx512.c alone also uses VNNI (cpu_kernels.c calls it only where the CPU has it)
+$(BUILD)/obj/kernels/cpu/quants_avx512.o: AVX512_FLAGS += -mavx512vnni
 
 # server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
 LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c) \

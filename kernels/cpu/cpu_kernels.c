@@ -255,6 +255,7 @@ static const struct kernel_set g_sets[3] = {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static enum cpu_isa g_cpu_max = CPU_ISA_SCALAR; /* written once under g_once */
+static int g_vnni;                              /* AVX-512 VNNI present (with g_cpu_max AVX512); once */
 static atomic_int g_isa = -1;                   /* ISA in use; -1 until cpu_kernels_init() */
 
 static enum cpu_isa detect_cpu(void)
@@ -278,9 +279,20 @@ static enum cpu_isa detect_cpu(void)
     return isa;
 }
 
+/* AVX-512 VNNI (vpdpbusd/vpdpwssd), which quants_avx512.c needs beside the AVX512 ISA's extensions. */
+static int detect_vnni(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && !(defined(__clang__) && __clang_major__ < 16)
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 static void init_once(void)
 {
     g_cpu_max = detect_cpu();
+    g_vnni = g_cpu_max == CPU_ISA_AVX512 && detect_vnni();
     enum cpu_isa use = g_cpu_max;
     const char *cap = getenv("ATTND_ISA");
     if (cap && *cap) {
@@ -359,13 +371,21 @@ static int checked_slot(enum tensor_type t, size_t n)
     return s;
 }
 
-/* The K-quant/IQ4/Q4_1/Q5_x dot (quants.c) for the active ISA, or the scalar one when ref; NULL
- * for the other types. Aborts on a partial block. AVX-512 machines run the AVX2 kernels. */
+/* The K-quant/IQ4/Q4_1/Q5_x dot (quants.c) for ISA isa: scalar, AVX2, or the AVX-512 VNNI build
+ * where the CPU has VNNI (AVX-512 machines without it run the AVX2 kernels). */
+static cpu_vec_dot_fn quants_isa_fn(enum tensor_type t, enum cpu_isa isa)
+{
+    if (isa == CPU_ISA_SCALAR) return quants_dot_ref_fn(t);
+    return isa == CPU_ISA_AVX512 && g_vnni ? quants_dot_avx512_fn(t) : quants_dot_avx2_fn(t);
+}
+
+/* The K-quant/IQ4/Q4_1/Q5_x dot for the active ISA, or the scalar one when ref; NULL for the
+ * other types. Aborts on a partial block. */
 static cpu_vec_dot_fn quants_fn(enum tensor_type t, size_t n, int ref)
 {
     if (!quants_supported(t)) return NULL;
     ATTND_CHECK(n % tensor_block_elems(t) == 0);
-    return ref || active() == &g_sets[CPU_ISA_SCALAR] ? quants_dot_ref_fn(t) : quants_dot_avx2_fn(t);
+    return quants_isa_fn(t, ref ? CPU_ISA_SCALAR : (enum cpu_isa)(active() - g_sets));
 }
 
 /* Dispatched; every ISA gives the bits of cpu_f16_to_f32. */
@@ -513,7 +533,7 @@ const char *cpu_family_name(enum cpu_family f)
 
 const char *cpu_variant_name(enum cpu_variant v)
 {
-    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel"};
+    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel", "vnni-panel"};
     return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
 }
 
@@ -526,18 +546,22 @@ int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_varian
     switch (v) {
     case CPU_VAR_SCALAR: return 1;
     case CPU_VAR_AVX2: return isa >= CPU_ISA_AVX2;
-    case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && type_slot(t) >= 0;
-    case CPU_VAR_PANEL: return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && (quants_panel_type(t) || float_type(t));
+    case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && (type_slot(t) >= 0 || g_vnni);
+    case CPU_VAR_PANEL: /* not Q8_0: the AVX2 panel's sign trick needs weights above -128 */
+        return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && ((quants_panel_type(t) && t != TENSOR_Q8_0) || float_type(t));
+    case CPU_VAR_VNNI_PANEL: return isa >= CPU_ISA_AVX512 && g_vnni && f != CPU_FAM_MATVEC && quants_panel_type(t);
     case CPU_N_VARIANTS: break;
     }
     return 0;
 }
 
-/* The int8 panel for 2+ tokens of its types and the float panel for prompts, else the widest ISA
- * that has the type. */
+/* The VNNI int8 panel for 2+ tokens of its types where the CPU has VNNI, else the AVX2 int8 panel
+ * and the float panel for prompts, else the widest ISA that has the type. */
 enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
 {
-    if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (!float_type(t) || f == CPU_FAM_GEMM)) return CPU_VAR_PANEL;
+    if (cpu_variant_available(f, t, CPU_VAR_VNNI_PANEL)) return CPU_VAR_VNNI_PANEL;
+    if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (!float_type(t) || f == CPU_FAM_GEMM))
+        return CPU_VAR_PANEL;
     if (cpu_variant_available(f, t, CPU_VAR_AVX512)) return CPU_VAR_AVX512;
     if (cpu_variant_available(f, t, CPU_VAR_AVX2)) return CPU_VAR_AVX2;
     return CPU_VAR_SCALAR;
@@ -586,12 +610,14 @@ void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const vo
     }
     if (v == CPU_VAR_PANEL && quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
         return;
+    if (v == CPU_VAR_VNNI_PANEL && quants_avx512_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
+        return;
+    const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
     if (quants_supported(t)) {
-        cpu_vec_dot_fn dot = v == CPU_VAR_SCALAR ? quants_dot_ref_fn(t) : quants_dot_avx2_fn(t);
+        cpu_vec_dot_fn dot = quants_isa_fn(t, isa);
         quants_gemm(dot, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
         return;
     }
-    const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
     g_sets[isa].gemm[type_slot(t)](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
 }
 

@@ -86,9 +86,11 @@ enum cpu_family {
 enum cpu_variant {
     CPU_VAR_SCALAR, /* the reference kernels */
     CPU_VAR_AVX2,   /* AVX2+FMA+F16C row kernels (Q8_0: tokens interleaved in int8 lanes) */
-    CPU_VAR_AVX512, /* AVX-512 F/BW/VL/DQ (F32, F16, BF16, Q8_0, Q4_0) */
+    CPU_VAR_AVX512, /* AVX-512 F/BW/VL/DQ (F32, F16, BF16, Q8_0, Q4_0); the other quantized types
+                       where the CPU also has VNNI */
     CPU_VAR_PANEL,  /* AVX2 panel GEMM, 2+ tokens: int8 panels (Q4_0, Q4_1, Q5_x, IQ4_x, Q3_K..Q6_K) or
                        f32 outer-product panels (F32, F16, BF16) */
+    CPU_VAR_VNNI_PANEL, /* the int8 panel GEMM on AVX-512 VNNI (vpdpbusd), 2+ tokens: those int8 types and Q8_0 */
     CPU_N_VARIANTS
 };
 enum cpu_family cpu_family_of(size_t n_tok);

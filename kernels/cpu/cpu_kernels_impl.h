@@ -131,16 +131,19 @@ void quants_iq4_xs_scales(const unsigned char *b, int16_t sc[8]);
 cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t);
 /* The AVX2 dot for a supported t (only to be called when the CPU has AVX2+FMA+F16C), or NULL. */
 cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t);
+/* The AVX-512 VNNI dot for a supported t (only when the CPU has AVX-512 F/BW/VL/DQ + VNNI), or NULL. */
+cpu_vec_dot_fn quants_dot_avx512_fn(enum tensor_type t);
 /* y[j*y_stride + r] = dot(W row r, A row j) for r in [r0, r1), j < n_tok, one weight row at a time
  * (so it stays in cache for every token). */
 void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
-/* 1 for the types quants_avx2_gemm takes: Q4_0 and every supported type but Q2_K. */
+/* 1 for the types the panel GEMMs (quants_avx2_gemm, quants_avx512_gemm) take: Q8_0, Q4_0 and every
+ * supported type but Q2_K. */
 int quants_panel_type(enum tensor_type t);
 
 /* ---- AVX2 (quants_avx2.c) ---- */
-/* The multi-token GEMM of cpu_gemm for n_tok >= 2, Q4_0 and every supported type but Q2_K (weights
+/* The multi-token GEMM of cpu_gemm for n_tok >= 2, Q8_0, Q4_0 and every supported type but Q2_K (weights
  * unpacked to int8 panels once per 64 tokens, 8 rows x 4 tokens per tile); returns 0, doing
  * nothing, for any other type or n_tok. Sums in a different order than the dots: equal to
  * quants_dot_ref_fn's within float rounding. */
@@ -158,5 +161,20 @@ float quants_avx2_dot_q4_k(size_t n, const void *w, const void *a);
 float quants_avx2_dot_q5_k(size_t n, const void *w, const void *a);
 float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a);
 float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a);
+
+/* ---- AVX-512 VNNI (quants_avx512.c: quants_avx2.c built with QUANTS_VNNI) ----
+ * The same contracts as the AVX2 functions above; the panel GEMM also takes 2+ tokens only. */
+int quants_avx512_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                       const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+float quants_avx512_dot_q4_1(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q5_0(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q5_1(size_t n, const void *w, const void *a);
+float quants_avx512_dot_iq4_nl(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q2_k(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q3_k(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q4_k(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q5_k(size_t n, const void *w, const void *a);
+float quants_avx512_dot_q6_k(size_t n, const void *w, const void *a);
+float quants_avx512_dot_iq4_xs(size_t n, const void *w, const void *a);
 
 #endif

@@ -344,11 +344,11 @@ cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t)
     }
 }
 
-/* The types quants_avx2_gemm takes (Q4_0 and every quants.c type but Q2_K). */
+/* The types the panel GEMMs take (Q8_0, Q4_0 and every quants.c type but Q2_K). */
 int quants_panel_type(enum tensor_type t)
 {
     switch (t) {
-    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q8_0: case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
     case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
     default: return 0;
     }
@@ -368,6 +368,24 @@ cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t)
     case TENSOR_Q5_K: return quants_avx2_dot_q5_k;
     case TENSOR_Q6_K: return quants_avx2_dot_q6_k;
     case TENSOR_IQ4_XS: return quants_avx2_dot_iq4_xs;
+    default: return NULL;
+    }
+}
+
+/* The AVX-512 VNNI dot of a supported type (callable only when the CPU has AVX-512 F/BW/VL/DQ + VNNI); NULL for any other. */
+cpu_vec_dot_fn quants_dot_avx512_fn(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q4_1: return quants_avx512_dot_q4_1;
+    case TENSOR_Q5_0: return quants_avx512_dot_q5_0;
+    case TENSOR_Q5_1: return quants_avx512_dot_q5_1;
+    case TENSOR_IQ4_NL: return quants_avx512_dot_iq4_nl;
+    case TENSOR_Q2_K: return quants_avx512_dot_q2_k;
+    case TENSOR_Q3_K: return quants_avx512_dot_q3_k;
+    case TENSOR_Q4_K: return quants_avx512_dot_q4_k;
+    case TENSOR_Q5_K: return quants_avx512_dot_q5_k;
+    case TENSOR_Q6_K: return quants_avx512_dot_q6_k;
+    case TENSOR_IQ4_XS: return quants_avx512_dot_iq4_xs;
     default: return NULL;
     }
 }

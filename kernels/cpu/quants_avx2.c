@@ -1,5 +1,12 @@
 /* quants_avx2.c - AVX2 dot products for the K-quant, IQ4 and Q4_1/Q5_x weight types (layouts in
- * cpu_kernels_impl.h). Built with -mavx2 -mfma -mf16c; called only when the CPU has them.
+ * cpu_kernels_impl.h), and the int8 panel GEMM for 2+ tokens. Built twice:
+ *   - with -mavx2 -mfma -mf16c as itself: the quants_avx2_* functions;
+ *   - with AVX-512 F/BW/VL/DQ + VNNI as quants_avx512.c (which includes this file with
+ *     QUANTS_VNNI set): the quants_avx512_* functions, whose multiply-accumulate steps are
+ *     vpdpbusd (u8 x s8 quads into int32) and vpdpwssd (int16 pairs times a scale into int32)
+ *     on 256-bit vectors, and whose panel GEMM offsets the activations by 128 (u8) so no sign
+ *     trick is needed. The exported names come from QS(name).
+ * Called only when the CPU has the instruction set the object was built for.
  *
  * Each block's weights are widened to 32 int8 lanes at a time and multiplied with the int8
  * activations by maddubs (unsigned weights directly; signed ones through the sign trick,
@@ -12,6 +19,15 @@
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+#ifdef QUANTS_VNNI
+#if !defined(__AVX512VNNI__) || !defined(__AVX512VL__)
+#error "quants_avx512.c must be compiled with -mavx512vnni -mavx512vl"
+#endif
+#define QS(name) quants_avx512_##name
+#else
+#define QS(name) quants_avx2_##name
+#endif
 
 /* ---- helpers ---- */
 
@@ -32,6 +48,32 @@ static inline __m256i pairs_u8(__m256i w, __m256i a) { return _mm256_maddubs_epi
 static inline __m256i pairs_s8(__m256i w, __m256i a)
 {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+/* acc + the 8 int32 sums of 4 products of unsigned w and signed a (lanes 4i..4i+3) */
+static inline __m256i quads_u8(__m256i acc, __m256i w, __m256i a)
+{
+#ifdef QUANTS_VNNI
+    return _mm256_dpbusd_epi32(acc, w, a);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* the same for signed w (|w| * sign(a, w)) */
+static inline __m256i quads_s8(__m256i acc, __m256i w, __m256i a)
+{
+    return quads_u8(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+/* acc + the 16-bit pair sums p times the int16 scales sc, pairwise summed into int32 */
+static inline __m256i scaled_pairs(__m256i acc, __m256i p, __m256i sc)
+{
+#ifdef QUANTS_VNNI
+    return _mm256_dpwssd_epi32(acc, p, sc);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+#endif
 }
 
 static inline float hsum_ps(__m256 v)
@@ -74,8 +116,8 @@ static inline __m256i scale2(int16_t s0, int16_t s1) { return _mm256_set_m128i(_
 
 /* One 32-block's weights as int8: Q4_0 and Q5_0 centred (q - 8, q - 16), Q4_1 and Q5_1 as the
  * unsigned q (their min is applied apart), IQ4_NL through the codebook. */
-enum kind32 { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL };
-static const size_t k32_bytes[5] = {18, 20, 22, 24, 18};
+enum kind32 { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL, K_Q8_0 };
+static const size_t k32_bytes[6] = {18, 20, 22, 24, 18, 34};
 
 static inline int k32_unsigned(enum kind32 k) { return k == K_Q4_1 || k == K_Q5_1; }
 
@@ -86,7 +128,8 @@ static inline __m256i w32(enum kind32 k, const unsigned char *pw)
     case K_Q4_1: return nibbles16(pw + 4);
     case K_Q5_0: return _mm256_sub_epi8(_mm256_or_si256(nibbles16(pw + 6), fifth_bits(pw + 2)), _mm256_set1_epi8(16));
     case K_Q5_1: return _mm256_or_si256(nibbles16(pw + 8), fifth_bits(pw + 4));
-    default: return _mm256_shuffle_epi8(iq4_table(), nibbles16(pw + 2));
+    case K_IQ4_NL: return _mm256_shuffle_epi8(iq4_table(), nibbles16(pw + 2));
+    default: return loadu256(pw + 2);
     }
 }
 
@@ -127,14 +170,14 @@ static inline __m256i q3k_chunk(const unsigned char *pw, int h, int j)
 /* One block into acc (and its min term into accm). */
 static inline void dot32_block(enum kind32 k, const unsigned char *pw, const unsigned char *pa, __m256 *acc, __m256 *accm)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i zero = _mm256_setzero_si256();
     const float d = ld_f16(pw) * ld_f16(pa);
     const __m256i av = loadu256(pa + 2), wq = w32(k, pw);
-    const __m256i p = k32_unsigned(k) ? pairs_u8(wq, av) : pairs_s8(wq, av);
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), *acc);
+    const __m256i isum = k32_unsigned(k) ? quads_u8(zero, wq, av) : quads_s8(zero, wq, av);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), *acc);
     if (k32_unsigned(k)) {
         const float m = ld_f16(pw + 2) * ld_f16(pa);
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), av), ones);
+        const __m256i s = quads_u8(zero, _mm256_set1_epi8(1), av);
         *accm = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s), *accm);
     }
 }
@@ -154,10 +197,10 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
     return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(accm0, accm1)));
 }
 
-float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a) { return dot32(K_Q4_1, n, w, a); }
-float quants_avx2_dot_q5_0(size_t n, const void *w, const void *a) { return dot32(K_Q5_0, n, w, a); }
-float quants_avx2_dot_q5_1(size_t n, const void *w, const void *a) { return dot32(K_Q5_1, n, w, a); }
-float quants_avx2_dot_iq4_nl(size_t n, const void *w, const void *a) { return dot32(K_IQ4_NL, n, w, a); }
+float QS(dot_q4_1)(size_t n, const void *w, const void *a) { return dot32(K_Q4_1, n, w, a); }
+float QS(dot_q5_0)(size_t n, const void *w, const void *a) { return dot32(K_Q5_0, n, w, a); }
+float QS(dot_q5_1)(size_t n, const void *w, const void *a) { return dot32(K_Q5_1, n, w, a); }
+float QS(dot_iq4_nl)(size_t n, const void *w, const void *a) { return dot32(K_IQ4_NL, n, w, a); }
 
 /* ---- super-blocks against Q8_K ---- */
 
@@ -173,7 +216,7 @@ static inline int16_t q8k_bsum(const unsigned char *pa, int s)
     return v;
 }
 
-float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
+float QS(dot_q2_k)(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -191,7 +234,7 @@ float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
                 const int s = 8 * h + 2 * j;
                 const __m256i wq = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
                 const __m256i p = pairs_u8(wq, loadu256(qa + 128 * h + 32 * j));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s] & 0x0f, sc[s + 1] & 0x0f)));
+                sumi = scaled_pairs(sumi, p, scale2(sc[s] & 0x0f, sc[s + 1] & 0x0f));
             }
         }
         acc = k_acc(acc, ld_f16(pw + 80) * da, sumi);
@@ -200,7 +243,7 @@ float quants_avx2_dot_q2_k(size_t n, const void *w, const void *a)
     return hsum_ps(acc) + tail;
 }
 
-float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a)
+float QS(dot_q3_k)(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     __m256 acc = _mm256_setzero_ps();
@@ -213,7 +256,7 @@ float quants_avx2_dot_q3_k(size_t n, const void *w, const void *a)
             for (int j = 0; j < 4; j++) {
                 const int s = 8 * h + 2 * j;
                 const __m256i p = pairs_s8(q3k_chunk(pw, h, j), loadu256(qa + 128 * h + 32 * j));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
+                sumi = scaled_pairs(sumi, p, scale2(sc[s], sc[s + 1]));
             }
         acc = k_acc(acc, ld_f16(pw + 108) * ld_f32(pa), sumi);
     }
@@ -238,8 +281,8 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
         for (int k = 0; k < 4; k++) {
             const __m256i p0 = pairs_u8(q45k_sub(has_qh, pw, k, 0), loadu256(qa + 64 * k));
             const __m256i p1 = pairs_u8(q45k_sub(has_qh, pw, k, 1), loadu256(qa + 64 * k + 32));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * k])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * k + 1])));
+            sumi = scaled_pairs(sumi, p0, _mm256_set1_epi16(sc[2 * k]));
+            sumi = scaled_pairs(sumi, p1, _mm256_set1_epi16(sc[2 * k + 1]));
         }
         acc = k_acc(acc, ld_f16(pw) * da, sumi);
         tail -= ld_f16(pw + 2) * da * (float)summ;
@@ -247,10 +290,10 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
     return hsum_ps(acc) + tail;
 }
 
-float quants_avx2_dot_q4_k(size_t n, const void *w, const void *a) { return dot_q45_k(0, n, w, a); }
-float quants_avx2_dot_q5_k(size_t n, const void *w, const void *a) { return dot_q45_k(1, n, w, a); }
+float QS(dot_q4_k)(size_t n, const void *w, const void *a) { return dot_q45_k(0, n, w, a); }
+float QS(dot_q5_k)(size_t n, const void *w, const void *a) { return dot_q45_k(1, n, w, a); }
 
-float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a)
+float QS(dot_q6_k)(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     __m256 acc = _mm256_setzero_ps();
@@ -262,14 +305,14 @@ float quants_avx2_dot_q6_k(size_t n, const void *w, const void *a)
             for (int k = 0; k < 4; k++) {
                 const int s = 8 * h + 2 * k;
                 const __m256i p = pairs_s8(q6k_chunk(pw, h, k), loadu256(qa + 128 * h + 32 * k));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale2(sc[s], sc[s + 1])));
+                sumi = scaled_pairs(sumi, p, scale2(sc[s], sc[s + 1]));
             }
         acc = k_acc(acc, ld_f16(pw + 208) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
 
-float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a)
+float QS(dot_iq4_xs)(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     const __m256i tbl = iq4_table();
@@ -282,13 +325,14 @@ float quants_avx2_dot_iq4_xs(size_t n, const void *w, const void *a)
         for (int s = 0; s < 8; s++) {
             const __m256i wq = _mm256_shuffle_epi8(tbl, nibbles16(pw + 8 + 16 * s));
             const __m256i p = pairs_s8(wq, loadu256(qa + 32 * s));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
+            sumi = scaled_pairs(sumi, p, _mm256_set1_epi16(sc[s]));
         }
         acc = k_acc(acc, ld_f16(pw) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
 }
 
+#ifndef QUANTS_VNNI /* one Q8_K quantizer is enough: the AVX2 one runs on AVX-512 machines too */
 /* ---- Q8_K activations: the bits of quants_quantize_row_q8_k ----
  * amax by vmaxps with the data first (a NaN lane keeps the running max, as the scalar's
  * comparison skips NaN), mx = the first element of that magnitude, then the same product
@@ -344,6 +388,7 @@ void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
         }
     }
 }
+#endif
 
 /* ================================================================ multi-token GEMM
  *
@@ -364,6 +409,7 @@ void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
 struct pg_row {
     _Alignas(32) int8_t q[PG_BLK][32];
     int16_t isc[PG_BLK][2];
+    int32_t corr[PG_BLK][2]; /* VNNI build: 128 * the sum of each half block's q (pg_corrections) */
     float s[PG_BLK], m[PG_BLK];
 };
 
@@ -384,6 +430,7 @@ static enum kind32 k32_of(enum tensor_type t)
     case TENSOR_Q4_1: return K_Q4_1;
     case TENSOR_Q5_0: return K_Q5_0;
     case TENSOR_Q5_1: return K_Q5_1;
+    case TENSOR_Q8_0: return K_Q8_0;
     default: return K_IQ4_NL;
     }
 }
@@ -467,6 +514,34 @@ static void pg_unpack(enum tensor_type t, const unsigned char *row, size_t b0, s
 
 /* ---- activations: one group of 4 tokens (j0 .. j0+3, those >= n_tok as zeros), blocks [b0, b0 + nb) */
 
+/* 8 activations into a group: as they are (AVX2: the tile takes |x| and the sign apart) or,
+ * in the VNNI build, offset by 128 to the u8 that vpdpbusd multiplies (a + 128 = a ^ 0x80 for
+ * a in [-127, 127]); tokens past the last (src NULL) are activations 0. */
+static inline void pg_put8(int8_t *dst, const int8_t *src)
+{
+    uint64_t v = 0;
+    if (src) memcpy(&v, src, 8);
+#ifdef QUANTS_VNNI
+    v ^= 0x8080808080808080ULL;
+#endif
+    memcpy(dst, &v, 8);
+}
+
+#ifdef QUANTS_VNNI
+/* 128 * sum(q) per half block of a panel row: what the +128 on the activations adds to a dot */
+static void pg_corrections(struct pg_row *o, size_t nb)
+{
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (size_t b = 0; b < nb; b++) {
+        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, _mm256_load_si256((const __m256i *)(const void *)o->q[b]));
+        __m128i h = _mm_hadd_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_hadd_epi32(h, h); /* [half 0, half 1, ...] */
+        o->corr[b][0] = 128 * _mm_cvtsi128_si32(h);
+        o->corr[b][1] = 128 * _mm_extract_epi32(h, 1);
+    }
+}
+#endif
+
 static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t arb, size_t j0, size_t n_tok,
                           size_t b0, size_t nb, struct pg_group *g)
 {
@@ -491,8 +566,7 @@ static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t
                 }
             }
             for (int k = 0; k < 4; k++) {
-                if (qa) memcpy(g->x[b][k] + 8 * l, qa + 8 * k, 8);
-                else memset(g->x[b][k] + 8 * l, 0, 8);
+                pg_put8(g->x[b][k] + 8 * l, qa ? qa + 8 * k : NULL);
             }
             g->sa8[b][2 * l] = g->sa8[b][2 * l + 1] = d;
             g->as8[b][2 * l] = d * (float)sum;
@@ -510,40 +584,68 @@ static void pg_pack_group(int q8k, int need_sum, const unsigned char *pa, size_t
  * multiplies per row and block instead of 8. */
 enum pg_kind { PG_WIDE, PG_NARROW, PG_MIN, PG_SUB16 };
 
+/* The 8 weights of row wr, block b, chunk k broadcast to the 4 tokens' lanes. */
+static inline __m256i pg_w8(const struct pg_row *wr, size_t b, int k)
+{
+    long long w8;
+    memcpy(&w8, wr->q[b] + 8 * k, 8);
+    return _mm256_set1_epi64x(w8);
+}
+
+/* One row's block against the group's 4 tokens, exact in int32: lanes [t0 t0 t1 t1 | t2 t2 t3 t3],
+ * each token's dot the sum of its two lanes (times the sub-scales for PG_SUB16). x: the group's
+ * 4 chunks as packed (VNNI: u8 = a + 128); ax: their magnitudes (AVX2 only). */
+static inline __attribute__((always_inline)) __m256i pg_block(enum pg_kind kind, const struct pg_row *wr, size_t b,
+                                                              const __m256i x[4], const __m256i ax[4])
+{
+#ifdef QUANTS_VNNI
+    (void)ax;
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i m0 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, x[0], pg_w8(wr, b, 0)), x[1], pg_w8(wr, b, 1));
+    if (kind == PG_SUB16) {
+        /* the +128 counted in the even lane of each token's pair; then the half blocks' sub-scales */
+        __m256i m1 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, x[2], pg_w8(wr, b, 2)), x[3], pg_w8(wr, b, 3));
+        m0 = _mm256_sub_epi32(m0, _mm256_set1_epi64x((long long)(uint32_t)wr->corr[b][0]));
+        m1 = _mm256_sub_epi32(m1, _mm256_set1_epi64x((long long)(uint32_t)wr->corr[b][1]));
+        return _mm256_add_epi32(_mm256_mullo_epi32(m0, _mm256_set1_epi32(wr->isc[b][0])),
+                                _mm256_mullo_epi32(m1, _mm256_set1_epi32(wr->isc[b][1])));
+    }
+    m0 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(m0, x[2], pg_w8(wr, b, 2)), x[3], pg_w8(wr, b, 3));
+    return _mm256_sub_epi32(m0, _mm256_set1_epi64x((long long)(uint32_t)(wr->corr[b][0] + wr->corr[b][1])));
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) p[k] = _mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(pg_w8(wr, b, k), x[k]));
+    if (kind == PG_WIDE)
+        return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)),
+                                _mm256_add_epi32(_mm256_madd_epi16(p[2], ones), _mm256_madd_epi16(p[3], ones)));
+    if (kind == PG_SUB16)
+        return _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_set1_epi16(wr->isc[b][0])),
+                                _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), _mm256_set1_epi16(wr->isc[b][1])));
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), ones);
+#endif
+}
+
 static inline __attribute__((always_inline)) void pg_tile(int R, enum pg_kind kind, size_t nb,
                                                           const struct pg_row *w, const struct pg_group *g,
                                                           float v[PG_ROWS][4])
 {
     __m256 acc[PG_ROWS];
-    const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
     for (int ri = 0; ri < R; ri++) acc[ri] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        __m256i ax[4];
+        __m256i x[4], ax[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) ax[k] = _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(const void *)g->x[b][k]));
+        for (int k = 0; k < 4; k++) {
+            x[k] = _mm256_load_si256((const __m256i *)(const void *)g->x[b][k]);
+            ax[k] = _mm256_abs_epi8(x[k]); /* dead code in the VNNI build */
+        }
         const __m256 s8 = _mm256_load_ps(g->sa8[b]);
 #pragma GCC unroll 8
         for (int ri = 0; ri < R; ri++) {
             const struct pg_row *wr = w + ri;
-            __m256i p[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                long long w8;
-                memcpy(&w8, wr->q[b] + 8 * k, 8);
-                p[k] = _mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(_mm256_set1_epi64x(w8),
-                                                                    _mm256_load_si256((const __m256i *)(const void *)g->x[b][k])));
-            }
-            __m256i m;
-            if (kind == PG_WIDE) {
-                m = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)),
-                                     _mm256_add_epi32(_mm256_madd_epi16(p[2], ones), _mm256_madd_epi16(p[3], ones)));
-            } else if (kind == PG_SUB16) {
-                m = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_set1_epi16(wr->isc[b][0])),
-                                     _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), _mm256_set1_epi16(wr->isc[b][1])));
-            } else {
-                m = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), ones);
-            }
+            const __m256i m = pg_block(kind, wr, b, x, ax);
             acc[ri] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_set1_ps(wr->s[b]), s8), acc[ri]);
             if (kind == PG_MIN)
                 acc[ri] = _mm256_fnmadd_ps(_mm256_set1_ps(wr->m[b]), _mm256_load_ps(g->as8[b]), acc[ri]);
@@ -588,7 +690,7 @@ static void pg_tile_rt(int R, enum pg_kind kind, size_t nb, const struct pg_row 
 static enum pg_kind pg_kind_of(enum tensor_type t)
 {
     switch (t) {
-    case TENSOR_IQ4_NL: case TENSOR_IQ4_XS: return PG_WIDE;
+    case TENSOR_IQ4_NL: case TENSOR_IQ4_XS: case TENSOR_Q8_0: return PG_WIDE;
     case TENSOR_Q4_1: case TENSOR_Q5_1: case TENSOR_Q4_K: case TENSOR_Q5_K: return PG_MIN;
     case TENSOR_Q3_K: case TENSOR_Q6_K: return PG_SUB16;
     default: return PG_NARROW;
@@ -597,10 +699,13 @@ static enum pg_kind pg_kind_of(enum tensor_type t)
 
 /* 1 for the weight types the panel GEMM takes: not Q2_K, whose mins are per 16 weights, nor
  * Q8_0, whose own GEMM (kernels_avx2.c) needs no unpacking. */
-int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                      size_t arb, size_t n_tok, float *y, size_t ys)
 {
     if (!quants_panel_type(t) || n_tok < 2) return 0;
+#ifndef QUANTS_VNNI
+    if (t == TENSOR_Q8_0) return 0; /* a Q8_0 weight may be -128, which the sign trick cannot negate */
+#endif
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
     const enum pg_kind kind = pg_kind_of(t);
     const int has_min = kind == PG_MIN;
@@ -623,7 +728,12 @@ int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, si
             for (size_t gi = 0; gi < ng; gi++) pg_pack_group(q8k, has_min, pa, arb, t0 + 4 * gi, n_tok, b0, nbc, &groups[gi]);
             for (size_t r = r0; r < r1; r += PG_ROWS) {
                 const int R = r1 - r < PG_ROWS ? (int)(r1 - r) : PG_ROWS;
-                for (int ri = 0; ri < R; ri++) pg_unpack(t, pw + (r + (size_t)ri) * wrb, b0, nbc, &panel[ri]);
+                for (int ri = 0; ri < R; ri++) {
+                    pg_unpack(t, pw + (r + (size_t)ri) * wrb, b0, nbc, &panel[ri]);
+#ifdef QUANTS_VNNI
+                    pg_corrections(&panel[ri], nbc);
+#endif
+                }
                 for (size_t gi = 0; gi < ng; gi++) {
                     pg_tile_rt(R, kind, nbc, panel, &groups[gi], v);
                     for (size_t l = 0; l < 4 && t0 + 4 * gi + l < n_tok; l++) {
