@@ -371,12 +371,19 @@ static int checked_slot(enum tensor_type t, size_t n)
     return s;
 }
 
+/* The quants.c level an ISA runs: the VNNI build needs AVX-512 and VNNI (AVX-512 machines without
+ * it run the AVX2 kernels). */
+static enum quants_level quants_level_of(enum cpu_isa isa)
+{
+    if (isa == CPU_ISA_SCALAR) return QUANTS_LEVEL_REF;
+    return isa >= CPU_ISA_AVX512 && g_vnni ? QUANTS_LEVEL_VNNI : QUANTS_LEVEL_AVX2;
+}
+
 /* The K-quant/IQ4/Q4_1/Q5_x dot (quants.c) for ISA isa: scalar, AVX2, or the AVX-512 VNNI build
  * where the CPU has VNNI (AVX-512 machines without it run the AVX2 kernels). */
 static cpu_vec_dot_fn quants_isa_fn(enum tensor_type t, enum cpu_isa isa)
 {
-    if (isa == CPU_ISA_SCALAR) return quants_dot_ref_fn(t);
-    return isa == CPU_ISA_AVX512 && g_vnni ? quants_dot_avx512_fn(t) : quants_dot_avx2_fn(t);
+    return quants_dot_fn(t, quants_level_of(isa));
 }
 
 /* The K-quant/IQ4/Q4_1/Q5_x dot for the active ISA, or the scalar one when ref; NULL for the
@@ -547,9 +554,10 @@ int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_varian
     case CPU_VAR_SCALAR: return 1;
     case CPU_VAR_AVX2: return isa >= CPU_ISA_AVX2;
     case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && (type_slot(t) >= 0 || g_vnni);
-    case CPU_VAR_PANEL: /* not Q8_0: the AVX2 panel's sign trick needs weights above -128 */
-        return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && ((quants_panel_type(t) && t != TENSOR_Q8_0) || float_type(t));
-    case CPU_VAR_VNNI_PANEL: return isa >= CPU_ISA_AVX512 && g_vnni && f != CPU_FAM_MATVEC && quants_panel_type(t);
+    case CPU_VAR_PANEL:
+        return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && (quants_panel_type(t, QUANTS_LEVEL_AVX2) || float_type(t));
+    case CPU_VAR_VNNI_PANEL:
+        return isa >= CPU_ISA_AVX512 && g_vnni && f != CPU_FAM_MATVEC && quants_panel_type(t, QUANTS_LEVEL_VNNI);
     case CPU_N_VARIANTS: break;
     }
     return 0;

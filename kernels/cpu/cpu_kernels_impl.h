@@ -127,26 +127,25 @@ void quants_quantize_row_q8_k(const float *x, void *dst, size_t n);
 void quants_k4_scales(const unsigned char *s12, int16_t sc[8], int16_t mn[8]);
 void quants_q3_k_scales(const unsigned char *s12, int16_t sc[16]);
 void quants_iq4_xs_scales(const unsigned char *b, int16_t sc[8]);
-/* The scalar reference dot for a supported t, or NULL. */
-cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t);
-/* The AVX2 dot for a supported t (only to be called when the CPU has AVX2+FMA+F16C), or NULL. */
-cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t);
-/* The AVX-512 VNNI dot for a supported t (only when the CPU has AVX-512 F/BW/VL/DQ + VNNI), or NULL. */
-cpu_vec_dot_fn quants_dot_avx512_fn(enum tensor_type t);
+/* The levels of the quants kernels: the scalar reference, the AVX2 build (callable only when the
+ * CPU has AVX2+FMA+F16C) and the AVX-512 VNNI build (only with AVX-512 F/BW/VL/DQ + VNNI). */
+enum quants_level { QUANTS_LEVEL_REF, QUANTS_LEVEL_AVX2, QUANTS_LEVEL_VNNI, QUANTS_N_LEVELS };
+/* The dot of a supported t at level, or NULL for any other type. */
+cpu_vec_dot_fn quants_dot_fn(enum tensor_type t, enum quants_level level);
 /* y[j*y_stride + r] = dot(W row r, A row j) for r in [r0, r1), j < n_tok, one weight row at a time
  * (so it stays in cache for every token). */
 void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
-/* 1 for the types the panel GEMMs (quants_avx2_gemm, quants_avx512_gemm) take: Q8_0, Q4_0 and every
- * supported type but Q2_K. */
-int quants_panel_type(enum tensor_type t);
+/* 1 for the types the panel GEMM of level takes (none at QUANTS_LEVEL_REF): Q4_0 and every supported type
+ * but Q2_K, and Q8_0 at QUANTS_LEVEL_VNNI. */
+int quants_panel_type(enum tensor_type t, enum quants_level level);
 
 /* ---- AVX2 (quants_avx2.c) ---- */
 /* The multi-token GEMM of cpu_gemm for n_tok >= 2, Q8_0, Q4_0 and every supported type but Q2_K (weights
  * unpacked to int8 panels once per 64 tokens, 8 rows x 4 tokens per tile); returns 0, doing
  * nothing, for any other type or n_tok. Sums in a different order than the dots: equal to
- * quants_dot_ref_fn's within float rounding. */
+ * the QUANTS_LEVEL_REF dot's within float rounding. */
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 /* Bit-identical to quants_quantize_row_q8_k. */

@@ -327,66 +327,39 @@ REF_DOT(iq4_xs, TENSOR_IQ4_XS, ref_dot256)
 #undef REF_DOT
 
 /* The scalar dot of a supported type; NULL for any other. */
-cpu_vec_dot_fn quants_dot_ref_fn(enum tensor_type t)
+/* Each supported type's dot at each level (enum quants_level): scalar reference, AVX2, AVX-512 VNNI. */
+static const struct {
+    enum tensor_type type;
+    cpu_vec_dot_fn fn[QUANTS_N_LEVELS];
+} dots[] = {
+    {TENSOR_Q4_1, {ref_dot_q4_1, quants_avx2_dot_q4_1, quants_avx512_dot_q4_1}},
+    {TENSOR_Q5_0, {ref_dot_q5_0, quants_avx2_dot_q5_0, quants_avx512_dot_q5_0}},
+    {TENSOR_Q5_1, {ref_dot_q5_1, quants_avx2_dot_q5_1, quants_avx512_dot_q5_1}},
+    {TENSOR_IQ4_NL, {ref_dot_iq4_nl, quants_avx2_dot_iq4_nl, quants_avx512_dot_iq4_nl}},
+    {TENSOR_Q2_K, {ref_dot_q2_k, quants_avx2_dot_q2_k, quants_avx512_dot_q2_k}},
+    {TENSOR_Q3_K, {ref_dot_q3_k, quants_avx2_dot_q3_k, quants_avx512_dot_q3_k}},
+    {TENSOR_Q4_K, {ref_dot_q4_k, quants_avx2_dot_q4_k, quants_avx512_dot_q4_k}},
+    {TENSOR_Q5_K, {ref_dot_q5_k, quants_avx2_dot_q5_k, quants_avx512_dot_q5_k}},
+    {TENSOR_Q6_K, {ref_dot_q6_k, quants_avx2_dot_q6_k, quants_avx512_dot_q6_k}},
+    {TENSOR_IQ4_XS, {ref_dot_iq4_xs, quants_avx2_dot_iq4_xs, quants_avx512_dot_iq4_xs}},
+};
+
+cpu_vec_dot_fn quants_dot_fn(enum tensor_type t, enum quants_level level)
 {
-    switch (t) {
-    case TENSOR_Q4_1: return ref_dot_q4_1;
-    case TENSOR_Q5_0: return ref_dot_q5_0;
-    case TENSOR_Q5_1: return ref_dot_q5_1;
-    case TENSOR_IQ4_NL: return ref_dot_iq4_nl;
-    case TENSOR_Q2_K: return ref_dot_q2_k;
-    case TENSOR_Q3_K: return ref_dot_q3_k;
-    case TENSOR_Q4_K: return ref_dot_q4_k;
-    case TENSOR_Q5_K: return ref_dot_q5_k;
-    case TENSOR_Q6_K: return ref_dot_q6_k;
-    case TENSOR_IQ4_XS: return ref_dot_iq4_xs;
-    default: return NULL;
-    }
+    for (size_t i = 0; i < sizeof dots / sizeof dots[0]; i++)
+        if (dots[i].type == t) return dots[i].fn[level];
+    return NULL;
 }
 
-/* The types the panel GEMMs take (Q8_0, Q4_0 and every quants.c type but Q2_K). */
-int quants_panel_type(enum tensor_type t)
+/* The types the panel GEMMs take: every quants.c type but Q2_K, Q4_0, and Q8_0 on the VNNI
+ * panel only (the AVX2 panel's sign trick cannot negate a Q8_0 weight of -128). */
+int quants_panel_type(enum tensor_type t, enum quants_level level)
 {
     switch (t) {
-    case TENSOR_Q8_0: case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
-    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return 1;
+    case TENSOR_Q8_0: return level == QUANTS_LEVEL_VNNI;
+    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return level != QUANTS_LEVEL_REF;
     default: return 0;
-    }
-}
-
-/* The AVX2 dot of a supported type (callable only when the CPU has AVX2+FMA+F16C); NULL for any other. */
-cpu_vec_dot_fn quants_dot_avx2_fn(enum tensor_type t)
-{
-    switch (t) {
-    case TENSOR_Q4_1: return quants_avx2_dot_q4_1;
-    case TENSOR_Q5_0: return quants_avx2_dot_q5_0;
-    case TENSOR_Q5_1: return quants_avx2_dot_q5_1;
-    case TENSOR_IQ4_NL: return quants_avx2_dot_iq4_nl;
-    case TENSOR_Q2_K: return quants_avx2_dot_q2_k;
-    case TENSOR_Q3_K: return quants_avx2_dot_q3_k;
-    case TENSOR_Q4_K: return quants_avx2_dot_q4_k;
-    case TENSOR_Q5_K: return quants_avx2_dot_q5_k;
-    case TENSOR_Q6_K: return quants_avx2_dot_q6_k;
-    case TENSOR_IQ4_XS: return quants_avx2_dot_iq4_xs;
-    default: return NULL;
-    }
-}
-
-/* The AVX-512 VNNI dot of a supported type (callable only when the CPU has AVX-512 F/BW/VL/DQ + VNNI); NULL for any other. */
-cpu_vec_dot_fn quants_dot_avx512_fn(enum tensor_type t)
-{
-    switch (t) {
-    case TENSOR_Q4_1: return quants_avx512_dot_q4_1;
-    case TENSOR_Q5_0: return quants_avx512_dot_q5_0;
-    case TENSOR_Q5_1: return quants_avx512_dot_q5_1;
-    case TENSOR_IQ4_NL: return quants_avx512_dot_iq4_nl;
-    case TENSOR_Q2_K: return quants_avx512_dot_q2_k;
-    case TENSOR_Q3_K: return quants_avx512_dot_q3_k;
-    case TENSOR_Q4_K: return quants_avx512_dot_q4_k;
-    case TENSOR_Q5_K: return quants_avx512_dot_q5_k;
-    case TENSOR_Q6_K: return quants_avx512_dot_q6_k;
-    case TENSOR_IQ4_XS: return quants_avx512_dot_iq4_xs;
-    default: return NULL;
     }
 }
 

@@ -25,8 +25,10 @@
 #error "quants_avx512.c must be compiled with -mavx512vnni -mavx512vl"
 #endif
 #define QS(name) quants_avx512_##name
+#define QS_LEVEL QUANTS_LEVEL_VNNI
 #else
 #define QS(name) quants_avx2_##name
+#define QS_LEVEL QUANTS_LEVEL_AVX2
 #endif
 
 /* ---- helpers ---- */
@@ -697,15 +699,12 @@ static enum pg_kind pg_kind_of(enum tensor_type t)
     }
 }
 
-/* 1 for the weight types the panel GEMM takes: not Q2_K, whose mins are per 16 weights, nor
- * Q8_0, whose own GEMM (kernels_avx2.c) needs no unpacking. */
+/* The panel GEMM of this build's level: every type of quants_panel_type (not Q2_K, whose mins are
+ * per 16 weights; Q8_0 only in the VNNI build, where no sign trick has to negate a -128 weight). */
 int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                      size_t arb, size_t n_tok, float *y, size_t ys)
 {
-    if (!quants_panel_type(t) || n_tok < 2) return 0;
-#ifndef QUANTS_VNNI
-    if (t == TENSOR_Q8_0) return 0; /* a Q8_0 weight may be -128, which the sign trick cannot negate */
-#endif
+    if (!quants_panel_type(t, QS_LEVEL) || n_tok < 2) return 0;
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
     const enum pg_kind kind = pg_kind_of(t);
     const int has_min = kind == PG_MIN;

@@ -52,11 +52,16 @@ def main():
     syn = []
     if n_copy and args.get("copy_share"):
         pure = args.get("copy_pure", 0)
+        formed = next((e["step"] for e in log if e["kind"] == "formed"), None)
+        lead = ""
+        if pure:
+            lead = ("the run starts on such copying blocks only (no text) until the induction score on their "
+                    "alphabet reaches %g (at most %d steps; %s); then "
+                    % (args.get("copy_formed", 0.5), pure, "here step %d" % formed if formed else "not reached"))
         syn.append("%sfor the first %d steps (%.0f %% of them), %.0f %% of the blocks are one run of 6-%d uniformly "
                    "random tokens repeated from just after BOS to the end of the block (no loss on the first copy, "
                    "which cannot be predicted)"
-                   % ("the first %d steps are only such copying blocks (no text); then " % pure if pure else "",
-                      n_copy, 100 * args["copy_frac"], 100 * args["copy_share"], min(30, cfg["ctx"] // 2)))
+                   % (lead, n_copy, 100 * args["copy_frac"], 100 * args["copy_share"], min(30, cfg["ctx"] // 2)))
     lead = "of the other blocks, %.0f %% hold" if syn else "%.0f %% of the blocks hold"
     syn.append((lead + " a run of 8-%d random tokens repeated 2-4 times at a random place inside natural text "
                 "(first copy unscored) for the first 30 %% of steps, falling linearly to %.0f %% at 60 %% and "

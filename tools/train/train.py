@@ -64,7 +64,7 @@ def parse_args():
     p.add_argument("--dim", type=int, default=192)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--ffn", type=int, default=512)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--heads", type=int, default=6)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--rope-base", type=float, default=500000.0)
     p.add_argument("--lr", type=float, default=2e-3)
