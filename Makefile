@@ -35,6 +35,8 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 # quants_avx512.c alone also uses VNNI (cpu_kernels.c calls it only where the CPU has it)
 $(BUILD)/obj/kernels/cpu/quants_avx512.o: AVX512_FLAGS += -mavx512vnni
+# kernels_amx.c: the AMX tile unit (cpu_kernels.c calls it only where the CPU and the kernel allow it)
+AMX_FLAGS := $(AVX512_FLAGS) -mavx512vnni -mavx512bf16 -mamx-tile -mamx-int8 -mamx-bf16
 
 # server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
 LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c) \
@@ -78,6 +80,9 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(AMX_FLAGS) -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@

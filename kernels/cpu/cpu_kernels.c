@@ -14,6 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* ================================================================ conversions */
 
@@ -231,7 +236,7 @@ struct kernel_set {
     void (*f2h)(const float *src, uint16_t *dst, size_t n);
 };
 
-static const struct kernel_set g_sets[3] = {
+static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
     [CPU_ISA_SCALAR] = {{ref_dot_f32, ref_dot_f16, ref_dot_bf16, ref_dot_q8_0, ref_dot_q4_0},
                         {ref_gemm_f32, ref_gemm_f16, ref_gemm_bf16, ref_gemm_q8_0, ref_gemm_q4_0},
                         ref_quantize_q8_0,
@@ -289,18 +294,45 @@ static int detect_vnni(void)
 #endif
 }
 
+/* The AMX tile unit with INT8 and BF16, AVX-512 BF16 beside it, the OS saving the tile state
+ * (XCR0 bits 17 and 18) and the kernel granting this process the tile data (Linux asks for it once
+ * per process: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA). CPUID, not
+ * __builtin_cpu_supports: older compilers do not know the AMX names. */
+static int detect_amx(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    const int tile = (d >> 24) & 1, int8 = (d >> 25) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !int8 || !bf16) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0; /* AVX512_BF16 */
+    unsigned lo, hi; /* XGETBV is there: the AVX-512 check (g_vnni) already needed OSXSAVE */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        log_info("cpu kernels: the kernel refused the AMX tile data (arch_prctl); AMX not used");
+        return 0;
+    }
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static void init_once(void)
 {
     g_cpu_max = detect_cpu();
     g_vnni = g_cpu_max == CPU_ISA_AVX512 && detect_vnni();
+    if (g_vnni && detect_amx()) g_cpu_max = CPU_ISA_AMX;
     enum cpu_isa use = g_cpu_max;
     const char *cap = getenv("ATTND_ISA");
     if (cap && *cap) {
         int want = -1;
-        for (int i = 0; i <= CPU_ISA_AVX512; i++)
+        for (int i = 0; i <= CPU_ISA_AMX; i++)
             if (!strcasecmp(cap, cpu_isa_name((enum cpu_isa)i))) want = i;
         if (want < 0)
-            log_warn("ATTND_ISA=%s is not scalar|avx2|avx512; ignored", cap);
+            log_warn("ATTND_ISA=%s is not scalar|avx2|avx512|amx; ignored", cap);
         else if ((enum cpu_isa)want < use)
             use = (enum cpu_isa)want;
     }
@@ -339,6 +371,7 @@ const char *cpu_isa_name(enum cpu_isa isa)
     case CPU_ISA_SCALAR: return "scalar";
     case CPU_ISA_AVX2: return "avx2";
     case CPU_ISA_AVX512: return "avx512";
+    case CPU_ISA_AMX: return "amx";
     }
     return "unknown";
 }
@@ -347,7 +380,7 @@ static inline const struct kernel_set *active(void)
 {
     int i = atomic_load_explicit(&g_isa, memory_order_relaxed);
     if (i < 0) i = (int)cpu_kernels_init();
-    return &g_sets[i];
+    return &g_sets[i > CPU_ISA_AVX512 ? CPU_ISA_AVX512 : i];
 }
 
 static int type_slot(enum tensor_type t)
@@ -392,7 +425,7 @@ static cpu_vec_dot_fn quants_fn(enum tensor_type t, size_t n, int ref)
 {
     if (!quants_supported(t)) return NULL;
     ATTND_CHECK(n % tensor_block_elems(t) == 0);
-    return quants_isa_fn(t, ref ? CPU_ISA_SCALAR : (enum cpu_isa)(active() - g_sets));
+    return quants_isa_fn(t, ref ? CPU_ISA_SCALAR : cpu_kernels_init());
 }
 
 /* Dispatched; every ISA gives the bits of cpu_f16_to_f32. */
@@ -540,7 +573,7 @@ const char *cpu_family_name(enum cpu_family f)
 
 const char *cpu_variant_name(enum cpu_variant v)
 {
-    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel", "vnni-panel"};
+    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel", "vnni-panel", "amx"};
     return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
 }
 
@@ -558,15 +591,18 @@ int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_varian
         return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && (quants_panel_type(t, QUANTS_LEVEL_AVX2) || float_type(t));
     case CPU_VAR_VNNI_PANEL:
         return isa >= CPU_ISA_AVX512 && g_vnni && f != CPU_FAM_MATVEC && quants_panel_type(t, QUANTS_LEVEL_VNNI);
+    case CPU_VAR_AMX: return isa >= CPU_ISA_AMX && f != CPU_FAM_MATVEC && cpu_amx_type(t);
     case CPU_N_VARIANTS: break;
     }
     return 0;
 }
 
-/* The VNNI int8 panel for 2+ tokens of its types where the CPU has VNNI, else the AVX2 int8 panel
- * and the float panel for prompts, else the widest ISA that has the type. */
+/* AMX tiles for 2+ tokens of their types where the CPU has them, else the VNNI int8 panel where the
+ * CPU has VNNI, else the AVX2 int8 panel and the float panel for prompts, else the widest ISA that
+ * has the type. */
 enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
 {
+    if (cpu_variant_available(f, t, CPU_VAR_AMX)) return CPU_VAR_AMX;
     if (cpu_variant_available(f, t, CPU_VAR_VNNI_PANEL)) return CPU_VAR_VNNI_PANEL;
     if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (!float_type(t) || f == CPU_FAM_GEMM))
         return CPU_VAR_PANEL;
@@ -620,6 +656,7 @@ void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const vo
         return;
     if (v == CPU_VAR_VNNI_PANEL && quants_avx512_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
         return;
+    if (v == CPU_VAR_AMX && cpu_amx_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride)) return;
     const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
     if (quants_supported(t)) {
         cpu_vec_dot_fn dot = quants_isa_fn(t, isa);

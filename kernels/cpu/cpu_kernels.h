@@ -18,9 +18,11 @@
 
 #include "attnd/tensor.h"
 
-enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
+/* AMX: AVX-512 (with VNNI and BF16) and the AMX tile unit (int8 and bf16), which the kernel lets the
+ * process use; its vector kernels are AVX-512's. */
+enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2, CPU_ISA_AMX = 3 };
 
-/* Detects the CPU (once; later calls are cheap) and selects kernels. $ATTND_ISA=scalar|avx2|avx512
+/* Detects the CPU (once; later calls are cheap) and selects kernels. $ATTND_ISA=scalar|avx2|avx512|amx
  * caps the choice (for tests and benchmarks). Returns the ISA in use. Thread-safe. */
 enum cpu_isa cpu_kernels_init(void);
 /* Forces an ISA (capped at what the CPU has); returns the one now in use. For tests. */
@@ -91,6 +93,7 @@ enum cpu_variant {
     CPU_VAR_PANEL,  /* AVX2 panel GEMM, 2+ tokens: int8 panels (Q4_0, Q4_1, Q5_x, IQ4_x, Q3_K..Q6_K) or
                        f32 outer-product panels (F32, F16, BF16) */
     CPU_VAR_VNNI_PANEL, /* the int8 panel GEMM on AVX-512 VNNI (vpdpbusd), 2+ tokens: those int8 types and Q8_0 */
+    CPU_VAR_AMX,        /* AMX tiles, 2+ tokens: int8 (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_x, Q4_K, Q5_K) and bf16 (F16, BF16) */
     CPU_N_VARIANTS
 };
 enum cpu_family cpu_family_of(size_t n_tok);

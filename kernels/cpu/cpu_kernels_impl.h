@@ -148,6 +148,12 @@ int quants_panel_type(enum tensor_type t, enum quants_level level);
  * the QUANTS_LEVEL_REF dot's within float rounding. */
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* One weight row's 32-blocks [b0, b0 + nb) (K-types: multiples of 8) as int8 for a matrix unit: block
+ * b0 + i's weights at q + 32 i (q 32-byte aligned), its scale at s[i] and its min at m[i], w = s * q - m
+ * (m 0 for the types without). Returns 0, writing nothing, for Q2_K, Q3_K and Q6_K (scales per 16
+ * weights) and the types quants_panel_type does not take. */
+int quants_avx2_unpack_row(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s,
+                           float *m);
 /* Bit-identical to quants_quantize_row_q8_k. */
 void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n);
 float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a);
@@ -175,5 +181,18 @@ float quants_avx512_dot_q4_k(size_t n, const void *w, const void *a);
 float quants_avx512_dot_q5_k(size_t n, const void *w, const void *a);
 float quants_avx512_dot_q6_k(size_t n, const void *w, const void *a);
 float quants_avx512_dot_iq4_xs(size_t n, const void *w, const void *a);
+
+/* ---- AMX tiles (kernels_amx.c): AVX-512 + AMX-TILE/INT8/BF16, called only where cpu_kernels.c
+ * found them and the kernel granted this process the tile data ---- */
+/* 1 for the weight types cpu_amx_gemm takes: F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K,
+ * Q5_K and IQ4_XS. */
+int cpu_amx_type(enum tensor_type t);
+/* The GEMM of cpu_gemm (any n_tok; meant for 2+) on the tile unit; returns 0, doing nothing, for a
+ * type cpu_amx_type refuses. Quantized types: exact int32 sums per 32-block, as the scalar
+ * reference, in another float order. F16/BF16: weights split exactly into two bf16 parts, the
+ * activations into two (16 significant bits), summed in float: within about 2^-16 relative of
+ * the exact dot per product. Configures the tiles on entry and releases them on return. */
+int cpu_amx_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, const void *a,
+                 size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 
 #endif

@@ -291,7 +291,7 @@ static void run_with(const struct fa2_args *a, int ith, int nth, fa2_job_fn fn, 
 static fa2_job_fn pick_job(const struct fa2_args *a)
 {
     switch (cpu_kernels_init()) {
-    case CPU_ISA_AVX512: return fa2_avx512_job;
+    case CPU_ISA_AMX: case CPU_ISA_AVX512: return fa2_avx512_job;
     case CPU_ISA_AVX2: return a->head_dim % 8 == 0 ? fa2_avx2_job : scalar_job;
     case CPU_ISA_SCALAR: break;
     }

@@ -437,18 +437,20 @@ static enum kind32 k32_of(enum tensor_type t)
     }
 }
 
-static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+/* The 32-weight-scale types: block b0 + i's int8 weights to q + 32 i (32-byte aligned), its
+ * scale to s[i] and its min to m[i] (w = s * q - m; 0 for the types without one). */
+static void pg_unpack32(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s, float *m)
 {
     const enum kind32 k = k32_of(t);
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *pw = row + (b0 + b) * k32_bytes[k];
-        store_q(o->q[b], w32(k, pw));
-        o->s[b] = ld_f16(pw);
-        o->m[b] = k32_unsigned(k) ? -ld_f16(pw + 2) : 0.0f; /* w = d*q + m */
+        store_q(q + 32 * b, w32(k, pw));
+        s[b] = ld_f16(pw);
+        m[b] = k32_unsigned(k) ? -ld_f16(pw + 2) : 0.0f; /* w = d*q + m */
     }
 }
 
-static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s, float *m)
 {
     const size_t bb = has_qh ? 176 : 144;
     for (size_t sb = 0; sb < nb / 8; sb++) {
@@ -456,9 +458,9 @@ static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, siz
         int16_t sc[8], mn[8];
         quants_k4_scales(pw + 4, sc, mn);
         const float d = ld_f16(pw), dmin = ld_f16(pw + 2);
-        for (int s = 0; s < 8; s++) {
-            store_q(o->q[8 * sb + s], q45k_sub(has_qh, pw, s / 2, s % 2));
-            o->s[8 * sb + s] = d * sc[s], o->m[8 * sb + s] = dmin * mn[s];
+        for (int j = 0; j < 8; j++) {
+            store_q(q + 32 * (8 * sb + (size_t)j), q45k_sub(has_qh, pw, j / 2, j % 2));
+            s[8 * sb + (size_t)j] = d * sc[j], m[8 * sb + (size_t)j] = dmin * mn[j];
         }
     }
 }
@@ -487,7 +489,7 @@ static void pg_unpack_sub16(enum tensor_type t, const unsigned char *row, size_t
     }
 }
 
-static void pg_unpack_iq4_xs(const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
+static void pg_unpack_iq4_xs(const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s, float *m)
 {
     const __m256i tbl = iq4_table();
     for (size_t sb = 0; sb < nb / 8; sb++) {
@@ -495,24 +497,41 @@ static void pg_unpack_iq4_xs(const unsigned char *row, size_t b0, size_t nb, str
         int16_t sc[8];
         quants_iq4_xs_scales(pw, sc);
         const float d = ld_f16(pw);
-        for (int s = 0; s < 8; s++) {
-            store_q(o->q[8 * sb + s], _mm256_shuffle_epi8(tbl, nibbles16(pw + 8 + 16 * s)));
-            o->s[8 * sb + s] = d * sc[s];
-            o->m[8 * sb + s] = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            store_q(q + 32 * (8 * sb + (size_t)j), _mm256_shuffle_epi8(tbl, nibbles16(pw + 8 + 16 * j)));
+            s[8 * sb + (size_t)j] = d * sc[j];
+            m[8 * sb + (size_t)j] = 0.0f;
         }
+    }
+}
+
+/* The types whose weights are one scale (and min) per 32 times an int8: every panel type but
+ * Q3_K and Q6_K (integer sub-scales per 16). */
+static int pg_unpack_s32(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s, float *m)
+{
+    switch (t) {
+    case TENSOR_Q4_K: pg_unpack_q45_k(0, row, b0, nb, q, s, m); return 1;
+    case TENSOR_Q5_K: pg_unpack_q45_k(1, row, b0, nb, q, s, m); return 1;
+    case TENSOR_IQ4_XS: pg_unpack_iq4_xs(row, b0, nb, q, s, m); return 1;
+    case TENSOR_Q8_0: case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+        pg_unpack32(t, row, b0, nb, q, s, m);
+        return 1;
+    default: return 0;
     }
 }
 
 static void pg_unpack(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, struct pg_row *o)
 {
-    switch (t) {
-    case TENSOR_Q4_K: pg_unpack_q45_k(0, row, b0, nb, o); return;
-    case TENSOR_Q5_K: pg_unpack_q45_k(1, row, b0, nb, o); return;
-    case TENSOR_Q6_K: case TENSOR_Q3_K: pg_unpack_sub16(t, row, b0, nb, o); return;
-    case TENSOR_IQ4_XS: pg_unpack_iq4_xs(row, b0, nb, o); return;
-    default: pg_unpack32(t, row, b0, nb, o); return;
-    }
+    if (!pg_unpack_s32(t, row, b0, nb, o->q[0], o->s, o->m)) pg_unpack_sub16(t, row, b0, nb, o);
 }
+
+#ifndef QUANTS_VNNI /* one is enough: the AMX GEMM calls the AVX2 build's */
+int quants_avx2_unpack_row(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s,
+                           float *m)
+{
+    return pg_unpack_s32(t, row, b0, nb, q, s, m);
+}
+#endif
 
 /* ---- activations: one group of 4 tokens (j0 .. j0+3, those >= n_tok as zeros), blocks [b0, b0 + nb) */
 

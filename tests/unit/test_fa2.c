@@ -218,7 +218,7 @@ static void test_scratch_size(void)
 
 int main(void)
 {
-    g_max_isa = cpu_kernels_set_isa(CPU_ISA_AVX512);
+    g_max_isa = cpu_kernels_set_isa(CPU_ISA_AMX);
     fprintf(stderr, "test_fa2: ISAs scalar..%s\n", cpu_isa_name(g_max_isa));
     for (int t = 1; t <= 3; t++) {
         if (tpool_create(t, &g_pools[t]) != ATTND_OK) {

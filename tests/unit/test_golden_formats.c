@@ -21,7 +21,7 @@
 int main(void)
 {
     /* the best ISA on every case; below it (AVX2 on an AVX-512 machine, then scalar) the text cases */
-    const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AVX512);
+    const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AMX);
     for (int isa = (int)best; isa >= (int)CPU_ISA_SCALAR; isa--) {
         cpu_kernels_set_isa((enum cpu_isa)isa);
         fprintf(stderr, "--- ISA %s\n", cpu_isa_name((enum cpu_isa)isa));

@@ -621,7 +621,7 @@ int main(void)
     enum cpu_isa first = cpu_kernels_init();
     T_CHECK(first == CPU_ISA_SCALAR, "ATTND_ISA=scalar gave %s", cpu_isa_name(first));
     T_CHECK(cpu_kernels_init() == CPU_ISA_SCALAR, "second init changes nothing");
-    enum cpu_isa max_isa = cpu_kernels_set_isa(CPU_ISA_AVX512);
+    enum cpu_isa max_isa = cpu_kernels_set_isa(CPU_ISA_AMX);
     T_CHECK(cpu_kernels_set_isa((enum cpu_isa)99) == max_isa, "set_isa caps at the CPU");
     fprintf(stderr, "test_kernels: cpu supports up to %s\n", cpu_isa_name(max_isa));
     T_CHECK(!strcmp(cpu_isa_name(CPU_ISA_AVX2), "avx2") && !strcmp(cpu_isa_name((enum cpu_isa)7), "unknown"),
@@ -640,5 +640,6 @@ int main(void)
     cpu_kernels_set_isa(max_isa);
     test_wide_gemm();
     if (max_isa < CPU_ISA_AVX512) fprintf(stderr, "test_kernels: avx512 not on this cpu, not run\n");
+    if (max_isa < CPU_ISA_AMX) fprintf(stderr, "test_kernels: amx not on this cpu, not run\n");
     return t_finish("test_kernels");
 }

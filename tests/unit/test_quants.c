@@ -401,7 +401,7 @@ static void test_q8_k_isa(enum cpu_isa best)
 
 int main(void)
 {
-    const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AVX512);
+    const enum cpu_isa best = cpu_kernels_set_isa(CPU_ISA_AMX);
     fprintf(stderr, "test_quants: ISAs scalar..%s\n", cpu_isa_name(best));
     static const enum tensor_type types[] = {TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_IQ4_NL, TENSOR_Q2_K,
                                              TENSOR_Q3_K, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K, TENSOR_IQ4_XS};

@@ -73,7 +73,7 @@ int main(void)
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "first tune measures");
     check_choices("measured");
     const char *file = slurp(path);
-    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 1\ncpu\t", 21), "cache header: %.40s", file ? file : "(none)");
+    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 2\ncpu\t", 21), "cache header: %.40s", file ? file : "(none)");
     int lines = 0;
     for (const char *p = file; p && *p; p++) lines += *p == '\n';
     int want = 2;
@@ -112,11 +112,11 @@ int main(void)
         cpu_kernels_set_isa(CPU_ISA_SCALAR);
         for (int f = 0; f < CPU_N_FAMILIES; f++)
             T_CHECK(cpu_kernels_choice((enum cpu_family)f, TENSOR_Q4_K) == CPU_VAR_SCALAR, "capped at scalar");
-        cpu_kernels_set_isa(CPU_ISA_AVX512);
+        cpu_kernels_set_isa(CPU_ISA_AMX);
     }
 
     /* 4. a file for another CPU is ignored and rewritten */
-    spit(path, "attnd-cpu-tune 1\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
+    spit(path, "attnd-cpu-tune 2\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
     cpu_tune_forget();
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "another CPU's file: measured again");
     check_choices("remeasured");

@@ -1,0 +1,472 @@
+/* kernels_amx.c - matrix products on the AMX tile unit (Intel Sapphire Rapids and later): the
+ * CPU_VAR_AMX variant of cpu_gemm for 2+ tokens. Built with AVX-512 (F/BW/VL/DQ/VNNI/BF16) and
+ * -mamx-tile -mamx-int8 -mamx-bf16; cpu_kernels.c calls it only where the CPU has all of them and
+ * the kernel let this process use the tile data (arch_prctl). Contracts: cpu_kernels_impl.h.
+ *
+ * A tile product multiplies A (16 rows x K) by B (K x 16 columns, stored K/4 rows of 16 groups of
+ * 4 int8, or K/2 rows of 16 pairs of bf16: the "VNNI" layout) into C (16 x 16 int32 or float).
+ * Here A is 16 weight rows and B 16 tokens:
+ *
+ * Quantized weights (int8 path, tdpbssd): the weights of 16 rows are unpacked once per chunk of
+ * tokens into an int8 panel with a float scale (and min) per 32-block (quants_avx2_unpack_row),
+ * the tokens' Q8_0 / Q8_K activations are packed per block into B. Every 32-block is one tile
+ * product over K = 32, exact in int32 as in the scalar reference; its 16 x 16 sums then go
+ * through AVX-512: acc[row] += float(C[row]) * (s_w[row] * d_a[tokens]) (- m_w[row] * d_a * sum a).
+ * So the float work per block is three vector operations per 16 products of 32.
+ *
+ * Float weights (bf16 path, tdpbf16ps, F16 and BF16 weights): bf16 has 8 significant bits, f16
+ * 11, so each F16 weight is split exactly into hi + lo bf16 values and each activation into
+ * hi + lo (16 significant bits, more than the f16 the reference rounds its activations to); the
+ * tile sums hi*hi + lo*hi + hi*lo (dropping lo*lo, below 2^-16 of the product) in float across
+ * the whole row, with no per-block work. BF16 weights have no lo part.
+ *
+ * The unit is configured (ldtilecfg) at the start of each call and released at its end, so a
+ * call leaves no tile state behind on the thread. */
+#include "kernels/cpu/cpu_kernels_impl.h"
+
+#include <assert.h>
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__AMX_TILE__) || !defined(__AMX_INT8__) || !defined(__AMX_BF16__) || !defined(__AVX512BF16__) || \
+    !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__F16C__)
+#error "kernels_amx.c must be compiled with AVX-512 F/BW/VL/DQ/BF16, F16C and -mamx-tile -mamx-int8 -mamx-bf16"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+#define AMX_N 16         /* rows of weights and columns of tokens per tile */
+#define AMX_TOK 64       /* tokens packed at once (4 token tiles) */
+#define AMX_KB 64        /* int8 path: 32-blocks per K chunk (2048 weights) */
+#define AMX_KF 1024      /* bf16 path: elements per K chunk */
+
+/* The tile configuration of ldtilecfg (palette 1). */
+struct amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16]; /* bytes per row of each tile */
+    uint8_t rows[16];
+};
+static_assert(sizeof(struct amx_cfg) == 64, "ldtilecfg reads 64 bytes");
+
+/* int8: C0, C1 (16 x 16 int32), A0, A1 (16 rows x 32 int8), B0, B1 (8 quads x 16 tokens) */
+static void config_int8(void)
+{
+    struct amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 2; i++) {
+        c.rows[i] = 16, c.colsb[i] = 64;
+        c.rows[2 + i] = 16, c.colsb[2 + i] = 32;
+        c.rows[4 + i] = 8, c.colsb[4 + i] = 64;
+    }
+    _tile_loadconfig(&c);
+}
+
+/* bf16: C0, C1 (16 x 16 float), A hi, A lo (16 rows x 32 bf16), B hi, B lo of two token tiles
+ * (16 pairs x 16 tokens) */
+static void config_bf16(void)
+{
+    struct amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* ================================================================ shared helpers */
+
+/* r[i] (row i of a 16 x 16 matrix of 32-bit values) becomes column i. */
+INLINE void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16], w[4][4];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int j = 0; j < 4; j++) { /* u[4j + c], lane l: column 4l + c of rows 4j..4j+3 */
+        const __m512d a = _mm512_castps_pd(t[4 * j]), b = _mm512_castps_pd(t[4 * j + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * j + 1]), d = _mm512_castps_pd(t[4 * j + 3]);
+        u[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        w[c][0] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        w[c][1] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
+        w[c][2] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        w[c][3] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(w[c][0], w[c][2], 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(w[c][0], w[c][2], 0xdd);
+        r[8 + c] = _mm512_shuffle_f32x4(w[c][1], w[c][3], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(w[c][1], w[c][3], 0xdd);
+    }
+}
+
+/* acc[row] holds 16 tokens of one weight row: y[token * ys + row] = (add ? y : 0) + acc, for the
+ * R rows and T tokens that exist. */
+INLINE void store_tile(__m512 acc[16], int add, int R, int T, float *y, size_t ys)
+{
+    transpose16(acc); /* acc[token]: 16 rows */
+    const __mmask16 m = (__mmask16)(R >= 16 ? 0xffff : (1u << R) - 1u);
+    for (int j = 0; j < T; j++) {
+        float *yj = y + (size_t)j * ys;
+        __m512 v = acc[j];
+        if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yj));
+        _mm512_mask_storeu_ps(yj, m, v);
+    }
+}
+
+INLINE float ld_h(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+INLINE float ld_s(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* ================================================================ int8 path */
+
+/* 1 for the weight types of the int8 path: one float scale (and min) per 32 int8 weights. */
+static int int8_type(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q8_0: case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
+    case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_IQ4_XS: return 1;
+    default: return 0;
+    }
+}
+
+static int has_min(enum tensor_type t)
+{
+    return t == TENSOR_Q4_1 || t == TENSOR_Q5_1 || t == TENSOR_Q4_K || t == TENSOR_Q5_K;
+}
+
+/* One token tile's activations for AMX_KB blocks: B of block b at x[b] (8 quads x 16 tokens),
+ * the tokens' scales d[b] and d * sum(a) ds[b]. */
+struct act8 {
+    _Alignas(64) int8_t x[AMX_KB][8][64];
+    _Alignas(64) float d[AMX_KB][16];
+    _Alignas(64) float ds[AMX_KB][16];
+};
+
+/* 16 weight rows of AMX_KB blocks: row i, block b at q[i][b]; w = s * q - m */
+struct panel8 {
+    _Alignas(64) int8_t q[AMX_N][AMX_KB][32];
+    float s[AMX_N][AMX_KB], m[AMX_N][AMX_KB];
+};
+
+/* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros) of blocks [b0, b0 + nb): per pair of blocks
+ * one 16 x 16 dword transpose (token rows of 2 x 8 quads -> 16 quad rows of 16 tokens). */
+static void pack_act8(int q8k, int need_sum, const unsigned char *a, size_t arb, size_t j0, size_t n_tok, size_t b0,
+                      size_t nb, struct act8 *o)
+{
+    for (size_t b = 0; b < nb; b += 2) {
+        __m512 r[16];
+        for (int l = 0; l < 16; l++) {
+            const size_t j = j0 + (size_t)l;
+            r[l] = _mm512_setzero_ps();
+            for (size_t h = 0; h < 2 && b + h < nb; h++) {
+                const size_t blk = b0 + b + h;
+                float d = 0.0f, ds = 0.0f;
+                if (j < n_tok) {
+                    const unsigned char *row = a + j * arb, *q;
+                    int sum = 0;
+                    if (q8k) {
+                        const unsigned char *sbp = row + (blk / 8) * QUANTS_Q8_K_BYTES;
+                        int16_t bs[2];
+                        memcpy(bs, sbp + 4 + QUANTS_QK_K + 4 * (blk % 8), sizeof bs);
+                        d = ld_s(sbp), q = sbp + 4 + 32 * (blk % 8), sum = bs[0] + bs[1];
+                    } else {
+                        d = ld_h(row + blk * CPU_Q8_0_BYTES), q = row + blk * CPU_Q8_0_BYTES + 2;
+                        if (need_sum) {
+                            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
+                            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+                            const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+                            sum = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s32));
+                        }
+                    }
+                    const __m256 v = _mm256_loadu_ps((const float *)(const void *)q);
+                    r[l] = h ? _mm512_insertf32x8(r[l], v, 1) : _mm512_insertf32x8(r[l], v, 0);
+                    ds = d * (float)sum;
+                }
+                o->d[b + h][l] = d;
+                o->ds[b + h][l] = ds;
+            }
+        }
+        transpose16(r);
+        for (int k = 0; k < 16 && b + (size_t)(k / 8) < nb; k++)
+            _mm512_store_ps((float *)(void *)o->x[b + (size_t)(k / 8)][k % 8], r[k]);
+    }
+}
+
+/* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. */
+static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
+                        struct panel8 *p)
+{
+    for (int i = 0; i < AMX_N; i++) {
+        if (i < R) {
+            quants_avx2_unpack_row(t, w + (r + (size_t)i) * wrb, b0, nb, p->q[i][0], p->s[i], p->m[i]);
+        } else {
+            memset(p->q[i], 0, nb * 32);
+            memset(p->s[i], 0, nb * sizeof(float));
+            memset(p->m[i], 0, nb * sizeof(float));
+        }
+    }
+}
+
+/* The block's 16 x 16 sums (c, rows of 16 tokens) scaled into acc. */
+INLINE void scale_block(const int32_t c[16][16], const struct panel8 *p, const struct act8 *x, size_t b, int mins,
+                        __m512 acc[16])
+{
+    const __m512 da = _mm512_load_ps(x->d[b]);
+    const __m512 ds = _mm512_load_ps(x->ds[b]);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)c[i]));
+        acc[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(p->s[i][b])), acc[i]);
+        if (mins) acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(p->m[i][b]), ds, acc[i]);
+    }
+}
+
+/* acc (16 rows x 16 tokens) = the panel's nb blocks times one token tile; two blocks per step, on
+ * two sets of tiles, so the second product runs while the first one's sums are scaled. */
+INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, int mins, __m512 acc[16])
+{
+    _Alignas(64) int32_t c0[16][16], c1[16][16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        _tile_loadd(2, p->q[0][b], sizeof p->q[0]);
+        _tile_loadd(4, x->x[b], 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_loadd(3, p->q[0][b + 1], sizeof p->q[0]);
+        _tile_loadd(5, x->x[b + 1], 64);
+        _tile_zero(1);
+        _tile_dpbssd(1, 3, 5);
+        _tile_stored(0, c0, 64);
+        _tile_stored(1, c1, 64);
+        scale_block((const int32_t(*)[16])c0, p, x, b, mins, acc);
+        scale_block((const int32_t(*)[16])c1, p, x, b + 1, mins, acc);
+    }
+    if (b < nb) {
+        _tile_loadd(2, p->q[0][b], sizeof p->q[0]);
+        _tile_loadd(4, x->x[b], 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_stored(0, c0, 64);
+        scale_block((const int32_t(*)[16])c0, p, x, b, mins, acc);
+    }
+}
+
+static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
+                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    /* thread-local: ~170 KiB of activations and ~40 KiB of panel, too much for a thread's stack */
+    static __thread struct act8 acts[AMX_TOK / AMX_N];
+    static __thread struct panel8 panel;
+    const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t);
+    const size_t nb = n / 32;
+    config_int8();
+    for (size_t j0 = 0; j0 < n_tok; j0 += AMX_TOK) {
+        const size_t nt = n_tok - j0 < AMX_TOK ? n_tok - j0 : AMX_TOK, ntt = (nt + AMX_N - 1) / AMX_N;
+        for (size_t b0 = 0; b0 < nb; b0 += AMX_KB) {
+            const size_t nbc = nb - b0 < AMX_KB ? nb - b0 : AMX_KB;
+            for (size_t tt = 0; tt < ntt; tt++)
+                pack_act8(q8k, mins, a, arb, j0 + AMX_N * tt, n_tok, b0, nbc, &acts[tt]);
+            for (size_t r = r0; r < r1; r += AMX_N) {
+                const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
+                unpack_rows(t, w, wrb, r, R, b0, nbc, &panel);
+                for (size_t tt = 0; tt < ntt; tt++) {
+                    __m512 acc[16];
+                    const size_t jt = j0 + AMX_N * tt;
+                    const int T = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
+                    tile_int8(&panel, &acts[tt], nbc, mins, acc);
+                    store_tile(acc, b0 > 0, R, T, y + jt * ys + r, ys);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+/* ================================================================ bf16 path */
+
+/* One token tile's activations for AMX_KF elements: B (hi, lo) of each 32 at x[k / 32] */
+struct actf {
+    _Alignas(64) uint32_t hi[AMX_KF / 32][16][16];
+    _Alignas(64) uint32_t lo[AMX_KF / 32][16][16];
+};
+
+/* 16 weight rows of AMX_KF elements as bf16 hi and lo (row i at hi[i]) */
+struct panelf {
+    _Alignas(64) uint16_t hi[AMX_N][AMX_KF];
+    _Alignas(64) uint16_t lo[AMX_N][AMX_KF];
+};
+
+/* hi = bf16(v) (round to nearest even), lo = bf16(v - hi) */
+INLINE void split_bf16(__m512 v0, __m512 v1, __m512i *hi, __m512i *lo)
+{
+    const __m512bh h = _mm512_cvtne2ps_pbh(v1, v0);
+    const __m512i hb = (__m512i)h;
+    /* hi back to float: the bf16 halves of each dword shifted into place */
+    const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hb)), 16));
+    const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
+    *hi = hb;
+    *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
+}
+
+/* 16 floats of row p from element i, zero past n */
+INLINE __m512 ld_row16(const unsigned char *p, size_t i, size_t n)
+{
+    if (i >= n) return _mm512_setzero_ps();
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    return _mm512_maskz_loadu_ps(m, p + 4 * i);
+}
+
+/* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros), elements [k0, k0 + nk) (zero past n). */
+static void pack_actf(const unsigned char *a, size_t arb, size_t j0, size_t n_tok, size_t k0, size_t nk, size_t n,
+                      struct actf *o)
+{
+    for (size_t kb = 0; kb < nk; kb += 32) {
+        __m512 rh[16], rl[16];
+        for (int l = 0; l < 16; l++) {
+            const size_t j = j0 + (size_t)l;
+            if (j >= n_tok) {
+                rh[l] = rl[l] = _mm512_setzero_ps();
+                continue;
+            }
+            const unsigned char *row = a + j * arb;
+            __m512i hi, lo;
+            split_bf16(ld_row16(row, k0 + kb, n), ld_row16(row, k0 + kb + 16, n), &hi, &lo);
+            rh[l] = _mm512_castsi512_ps(hi), rl[l] = _mm512_castsi512_ps(lo);
+        }
+        transpose16(rh);
+        transpose16(rl);
+        for (int k = 0; k < 16; k++) {
+            _mm512_store_ps((float *)(void *)o->hi[kb / 32][k], rh[k]);
+            _mm512_store_ps((float *)(void *)o->lo[kb / 32][k], rl[k]);
+        }
+    }
+}
+
+/* 16 weights of an F16 or BF16 row from element i as float, zero past n */
+INLINE __m512 ld_w16(int f16, const unsigned char *p, size_t i, size_t n)
+{
+    if (i >= n) return _mm512_setzero_ps();
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * i);
+    if (f16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static void unpack_rowsf(int f16, const unsigned char *w, size_t wrb, size_t r, int R, size_t k0, size_t nk, size_t n,
+                         struct panelf *p)
+{
+    for (int i = 0; i < AMX_N; i++) {
+        for (size_t k = 0; k < nk; k += 32) {
+            __m512i hi = _mm512_setzero_si512(), lo = hi;
+            if (i < R) {
+                const unsigned char *row = w + (r + (size_t)i) * wrb;
+                split_bf16(ld_w16(f16, row, k0 + k, n), ld_w16(f16, row, k0 + k + 16, n), &hi, &lo);
+            }
+            _mm512_store_si512((void *)(p->hi[i] + k), hi);
+            _mm512_store_si512((void *)(p->lo[i] + k), lo);
+        }
+    }
+}
+
+/* C0 / C1 (16 rows x token tiles x0 / x1) += the panel's nk elements; lo_w: the weights have lo parts */
+INLINE void tiles_bf16(const struct panelf *p, const struct actf *x0, const struct actf *x1, size_t nk, int lo_w)
+{
+    for (size_t k = 0; k < nk; k += 32) {
+        _tile_loadd(2, p->hi[0] + k, sizeof p->hi[0]);
+        _tile_loadd(4, x0->hi[k / 32], 64);
+        _tile_loadd(5, x0->lo[k / 32], 64);
+        _tile_dpbf16ps(0, 2, 4);
+        _tile_dpbf16ps(0, 2, 5);
+        if (x1) {
+            _tile_loadd(6, x1->hi[k / 32], 64);
+            _tile_loadd(7, x1->lo[k / 32], 64);
+            _tile_dpbf16ps(1, 2, 6);
+            _tile_dpbf16ps(1, 2, 7);
+        }
+        if (lo_w) {
+            _tile_loadd(3, p->lo[0] + k, sizeof p->lo[0]);
+            _tile_dpbf16ps(0, 3, 4);
+            if (x1) _tile_dpbf16ps(1, 3, 6);
+        }
+    }
+}
+
+INLINE void store_c(int which, int add, int R, int T, float *y, size_t ys)
+{
+    _Alignas(64) float c[16][16];
+    __m512 acc[16];
+    if (which == 0) _tile_stored(0, c, 64);
+    else _tile_stored(1, c, 64);
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_load_ps(c[i]);
+    store_tile(acc, add, R, T, y, ys);
+}
+
+static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
+                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    static __thread struct actf acts[AMX_TOK / AMX_N];
+    static __thread struct panelf panel;
+    config_bf16();
+    for (size_t j0 = 0; j0 < n_tok; j0 += AMX_TOK) {
+        const size_t nt = n_tok - j0 < AMX_TOK ? n_tok - j0 : AMX_TOK, ntt = (nt + AMX_N - 1) / AMX_N;
+        for (size_t k0 = 0; k0 < n; k0 += AMX_KF) {
+            const size_t nk = (n - k0 < AMX_KF ? n - k0 : AMX_KF), nkp = (nk + 31) / 32 * 32;
+            for (size_t tt = 0; tt < ntt; tt++) pack_actf(a, arb, j0 + AMX_N * tt, n_tok, k0, nkp, n, &acts[tt]);
+            for (size_t r = r0; r < r1; r += AMX_N) {
+                const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
+                unpack_rowsf(f16, w, wrb, r, R, k0, nkp, n, &panel);
+                for (size_t tt = 0; tt < ntt; tt += 2) {
+                    const size_t jt = j0 + AMX_N * tt;
+                    const int two = tt + 1 < ntt;
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    tiles_bf16(&panel, &acts[tt], two ? &acts[tt + 1] : NULL, nkp, f16);
+                    const int T0 = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
+                    store_c(0, k0 > 0, R, T0, y + jt * ys + r, ys);
+                    if (two) {
+                        const size_t j1 = jt + AMX_N;
+                        store_c(1, k0 > 0, R, n_tok - j1 < AMX_N ? (int)(n_tok - j1) : AMX_N, y + j1 * ys + r, ys);
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+/* ================================================================ entry points */
+
+int cpu_amx_type(enum tensor_type t) { return int8_type(t) || t == TENSOR_F16 || t == TENSOR_BF16; }
+
+int cpu_amx_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+                 size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    if (!cpu_amx_type(t)) return 0;
+    if (r0 >= r1 || n_tok == 0) return 1;
+    if (n == 0) { /* an empty dot is 0 */
+        for (size_t j = 0; j < n_tok; j++) memset(y + j * ys + r0, 0, (r1 - r0) * sizeof(float));
+        return 1;
+    }
+    if (t == TENSOR_F16 || t == TENSOR_BF16) gemm_bf16(t == TENSOR_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    else gemm_int8(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    return 1;
+}
