@@ -658,6 +658,12 @@ void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const vo
         return;
     if (v == CPU_VAR_AMX && cpu_amx_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride)) return;
     const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
+    if (n_tok == 1 && isa != CPU_ISA_SCALAR) { /* Q8_0 / Q4_0 generation: the prefetching row loop */
+        const int done = quants_level_of(isa) == QUANTS_LEVEL_VNNI
+                             ? quants_avx512_matvec_q(t, n, w, w_row_bytes, r0, r1, a, y)
+                             : quants_avx2_matvec_q(t, n, w, w_row_bytes, r0, r1, a, y);
+        if (done) return;
+    }
     if (quants_supported(t)) {
         cpu_vec_dot_fn dot = quants_isa_fn(t, isa);
         quants_gemm(dot, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);

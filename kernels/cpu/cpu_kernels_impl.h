@@ -148,6 +148,14 @@ int quants_panel_type(enum tensor_type t, enum quants_level level);
  * the QUANTS_LEVEL_REF dot's within float rounding. */
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* The matrix-vector product of Q8_0 or Q4_0 weights (rows [r0, r1)) with one Q8_0 activation row:
+ * y[r] = the dot of row r; returns 0, doing nothing, for other types or rows over 131072 weights.
+ * Exact int32 sums per block like the scalar reference; another float order. AVX2 build
+ * (maddubs) and VNNI build (vpdpbusd). */
+int quants_avx2_matvec_q(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                         const void *a, float *y);
+int quants_avx512_matvec_q(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                           const void *a, float *y);
 /* One weight row's 32-blocks [b0, b0 + nb) (K-types: multiples of 8) as int8 for a matrix unit: block
  * b0 + i's weights at q + 32 i (q 32-byte aligned), its scale at s[i] and its min at m[i], w = s * q - m
  * (m 0 for the types without). Returns 0, writing nothing, for Q2_K, Q3_K and Q6_K (scales per 16

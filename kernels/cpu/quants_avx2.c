@@ -392,6 +392,165 @@ void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
 }
 #endif
 
+/* ================================================================ matrix-vector, Q8_0 and Q4_0
+ *
+ * One token (generation) streams every weight once, so this loop has to keep the memory busy and
+ * do little per byte. The activation is decoded once per call: its float scales and, for Q4_0,
+ * its blocks rearranged per pair of blocks to match how two blocks' nibbles sit in one vector
+ * (low nibbles: elements 0..15 of both blocks, high nibbles: 16..31), with -8 * each block's sum
+ * as the int32 start value of its dot (so the nibbles 0..15 multiply unsigned, no sign trick).
+ * Q4_0 takes its weight scales 8 blocks at a time (one gather, one conversion, one multiply by
+ * the activation scales). The weights are prefetched MV_PREFETCH bytes ahead (rows lie one
+ * after another, so near a row's end that is the next row's start). */
+#define MV_MAX_BLOCKS 4096 /* rows up to 131072 weights; longer ones take the per-row dots */
+#define MV_PREFETCH 2048
+
+struct mv_act {
+    _Alignas(32) float d[MV_MAX_BLOCKS];
+    /* Q4_0, per pair of blocks p: lo = elements 0..15 of block 2p then of 2p+1, hi = 16..31 */
+    _Alignas(32) int8_t lo[MV_MAX_BLOCKS / 2][32], hi[MV_MAX_BLOCKS / 2][32];
+    _Alignas(32) int32_t init[MV_MAX_BLOCKS / 2][8]; /* lanes 0 and 4: -8 * sum(a) of each block */
+};
+
+static int block_sum(const unsigned char *q)
+{
+    const __m256i s = quads_u8(_mm256_setzero_si256(), _mm256_set1_epi8(1), loadu256(q));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_hadd_epi32(h, h);
+    return _mm_cvtsi128_si32(_mm_hadd_epi32(h, h));
+}
+
+static void mv_decode(int q4, const unsigned char *pa, size_t nb, struct mv_act *m)
+{
+    for (size_t b = 0; b < nb; b++) m->d[b] = ld_f16(pa + b * CPU_Q8_0_BYTES);
+    if (!q4) return;
+    for (size_t p = 0; p < nb / 2; p++) {
+        const unsigned char *b0 = pa + 2 * p * CPU_Q8_0_BYTES + 2, *b1 = b0 + CPU_Q8_0_BYTES;
+        memcpy(m->lo[p], b0, 16), memcpy(m->lo[p] + 16, b1, 16);
+        memcpy(m->hi[p], b0 + 16, 16), memcpy(m->hi[p] + 16, b1 + 16, 16);
+        _mm256_store_si256((__m256i *)(void *)m->init[p],
+                           _mm256_setr_epi32(-8 * block_sum(b0), 0, 0, 0, -8 * block_sum(b1), 0, 0, 0));
+    }
+}
+
+/* One block of row pw against activation block pa into acc (the 8 lanes of one block). */
+static inline __attribute__((always_inline)) __m256 mv_block(int q4, const unsigned char *pw, const unsigned char *pa,
+                                                             float da, __m256 acc)
+{
+    const __m256i av = loadu256(pa + 2), zero = _mm256_setzero_si256();
+    const __m256i isum = q4 ? quads_s8(zero, _mm256_sub_epi8(nibbles16(pw + 2), _mm256_set1_epi8(8)), av)
+                            : quads_s8(zero, loadu256(pw + 2), av);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(pw) * da), acc);
+}
+
+/* The f16 scales of 8 Q4_0 blocks from pw, as floats, times the activation scales da. */
+static inline __m256 q4_scales8(const unsigned char *pw, const float *da)
+{
+    const __m256i off = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
+    const __m256i g = _mm256_i32gather_epi32((const int *)(const void *)pw, off, 1);
+    const __m256i lo16 = _mm256_shuffle_epi8(g, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(lo16, 0x08));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_load_ps(da));
+}
+
+/* Blocks 2p, 2p+1 of a Q4_0 row (at pw) against the rearranged activation pair p; s: their
+ * combined scales in lanes 0..3 and 4..7. */
+static inline __attribute__((always_inline)) __m256 q4_pair(const unsigned char *pw, const struct mv_act *m, size_t p,
+                                                            __m256 s, __m256 acc)
+{
+    const __m256i raw = _mm256_set_m128i(loadu128(pw + CPU_Q4_0_BYTES + 2), loadu128(pw + 2));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i isum = _mm256_load_si256((const __m256i *)(const void *)m->init[p]);
+    isum = quads_u8(isum, _mm256_and_si256(raw, m4), _mm256_load_si256((const __m256i *)(const void *)m->lo[p]));
+    isum = quads_u8(isum, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                    _mm256_load_si256((const __m256i *)(const void *)m->hi[p]));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc);
+}
+
+#ifdef QUANTS_VNNI
+/* Blocks 4q..4q+3 of a Q4_0 row (at pw) against the rearranged activation pairs 2q, 2q+1 (which lie
+ * next to each other in m); s: the 4 blocks' combined scales, 4 lanes each. */
+static inline __attribute__((always_inline)) __m512 q4_quad(const unsigned char *pw, const struct mv_act *m, size_t q,
+                                                            __m512 s, __m512 acc)
+{
+    __m512i raw = _mm512_castsi128_si512(loadu128(pw + 2));
+    raw = _mm512_inserti32x4(raw, loadu128(pw + CPU_Q4_0_BYTES + 2), 1);
+    raw = _mm512_inserti32x4(raw, loadu128(pw + 2 * CPU_Q4_0_BYTES + 2), 2);
+    raw = _mm512_inserti32x4(raw, loadu128(pw + 3 * CPU_Q4_0_BYTES + 2), 3);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)m->lo[2 * q])),
+                                          _mm256_load_si256((const __m256i *)(const void *)m->lo[2 * q + 1]), 1);
+    const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)m->hi[2 * q])),
+                                          _mm256_load_si256((const __m256i *)(const void *)m->hi[2 * q + 1]), 1);
+    __m512i isum = _mm512_loadu_si512((const void *)m->init[2 * q]);
+    isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(raw, m4), lo);
+    isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), hi);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
+}
+#endif
+
+static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
+{
+#ifdef QUANTS_VNNI
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i i1 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+    for (size_t b = 0; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
+        _mm_prefetch((const char *)(pw + MV_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pw + MV_PREFETCH + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pw + MV_PREFETCH + 128), _MM_HINT_T0);
+        const __m512 s = _mm512_castps256_ps512(q4_scales8(pw, m->d + b));
+        acc0 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc0);
+        acc1 = q4_quad(pw + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, s), acc1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#else
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
+        _mm_prefetch((const char *)(pw + MV_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pw + MV_PREFETCH + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pw + MV_PREFETCH + 128), _MM_HINT_T0);
+        const __m256 s = q4_scales8(pw, m->d + b);
+        const size_t p = b / 2;
+        acc0 = q4_pair(pw, m, p, _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), acc0);
+        acc1 = q4_pair(pw + 2 * CPU_Q4_0_BYTES, m, p + 1,
+                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), acc1);
+        acc0 = q4_pair(pw + 4 * CPU_Q4_0_BYTES, m, p + 2,
+                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5)), acc0);
+        acc1 = q4_pair(pw + 6 * CPU_Q4_0_BYTES, m, p + 3,
+                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)), acc1);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+#endif
+}
+
+int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y)
+{
+    static __thread struct mv_act act;
+    const int q4 = t == TENSOR_Q4_0;
+    const size_t nb = n / 32, bw = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+    if ((t != TENSOR_Q8_0 && !q4) || nb > MV_MAX_BLOCKS) return 0;
+    const unsigned char *pa = a;
+    mv_decode(q4, pa, nb, &act);
+    const size_t nb8 = q4 ? nb / 8 * 8 : 0; /* Q4_0: whole groups of 8 blocks in q4_row */
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *pw = (const unsigned char *)w + r * wrb;
+        float sum = nb8 ? q4_row(pw, nb8, &act) : 0.0f;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        size_t b = nb8;
+        for (; b + 2 <= nb; b += 2) {
+            _mm_prefetch((const char *)(pw + b * bw + MV_PREFETCH), _MM_HINT_T0);
+            acc0 = mv_block(q4, pw + b * bw, pa + b * CPU_Q8_0_BYTES, act.d[b], acc0);
+            acc1 = mv_block(q4, pw + (b + 1) * bw, pa + (b + 1) * CPU_Q8_0_BYTES, act.d[b + 1], acc1);
+        }
+        if (b < nb) acc0 = mv_block(q4, pw + b * bw, pa + b * CPU_Q8_0_BYTES, act.d[b], acc0);
+        y[r] = sum + hsum_ps(_mm256_add_ps(acc0, acc1));
+    }
+    return 1;
+}
+
 /* ================================================================ multi-token GEMM
  *
  * For 2 or more tokens the weights are unpacked once per chunk of PG_TOK tokens into an int8
