@@ -37,7 +37,7 @@
 #define INLINE static inline __attribute__((always_inline))
 
 #define AMX_N 16         /* rows of weights and columns of tokens per tile */
-#define AMX_TOK 64       /* tokens packed at once (4 token tiles) */
+#define AMX_TOK 256       /* tokens packed at once (4 token tiles) */
 #define AMX_KB 64        /* int8 path: 32-blocks per K chunk (2048 weights) */
 #define AMX_KF 1024      /* bf16 path: elements per K chunk */
 
@@ -210,6 +210,22 @@ static void pack_act8(int q8k, int need_sum, const unsigned char *a, size_t arb,
     }
 }
 
+/* The bytes of nb 32-blocks of a row of type t from block b0 (K-types: whole super-blocks). */
+static size_t chunk_bytes(enum tensor_type t, size_t nb)
+{
+    return tensor_block_bytes(t) * nb * 32 / tensor_block_elems(t);
+}
+
+/* Part `part` of `parts` of R rows' first `bytes` bytes (rows `stride` apart) into L2: the next
+ * panel's weights arrive while this one computes (this machine's hardware prefetch does not
+ * follow 16 strided streams). */
+static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_t bytes, size_t part, size_t parts)
+{
+    const size_t lines = (bytes + 63) / 64, total = R * lines;
+    for (size_t i = total * part / parts; i < total * (part + 1) / parts; i++)
+        _mm_prefetch((const char *)(p + (i / lines) * stride + (i % lines) * 64), _MM_HINT_T1);
+}
+
 /* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. */
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
                         struct panel8 *p)
@@ -288,10 +304,14 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
             for (size_t r = r0; r < r1; r += AMX_N) {
                 const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
                 unpack_rows(t, w, wrb, r, R, b0, nbc, &panel);
+                /* the next 16 rows' bytes of this chunk, into L2 while these rows compute */
+                const size_t rn = r + AMX_N < r1 ? r + AMX_N : r1, Rn = r1 - rn < AMX_N ? r1 - rn : AMX_N;
+                const size_t cb = chunk_bytes(t, nbc), co = chunk_bytes(t, b0);
                 for (size_t tt = 0; tt < ntt; tt++) {
                     __m512 acc[16];
                     const size_t jt = j0 + AMX_N * tt;
                     const int T = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
+                    prefetch_part(w + rn * wrb + co, wrb, Rn, cb, tt, ntt);
                     tile_int8(&panel, &acts[tt], nbc, mins, acc);
                     store_tile(acc, b0 > 0, R, T, y + jt * ys + r, ys);
                 }
