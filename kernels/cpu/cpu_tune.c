@@ -13,7 +13,7 @@
 #include "attnd/check.h"
 #include "attnd/log.h"
 
-#define TUNE_MAGIC "attnd-cpu-tune 2" /* bump when a kernel changes enough to void old times */
+#define TUNE_MAGIC "attnd-cpu-tune 3" /* bump when a kernel changes enough to void old times */
 #define TUNE_N 2048                   /* row length: a multiple of every block size */
 #define TUNE_W_BYTES (24u << 20)      /* weights: more than most last-level cache slices */
 #define TUNE_MAX_TOK 64

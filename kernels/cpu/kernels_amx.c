@@ -218,7 +218,10 @@ static size_t chunk_bytes(enum tensor_type t, size_t nb)
 
 /* Part `part` of `parts` of R rows' first `bytes` bytes (rows `stride` apart) into L2: the next
  * panel's weights arrive while this one computes (this machine's hardware prefetch does not
- * follow 16 strided streams). */
+ * follow 16 strided streams). The row and line of each come from a division, which also spaces
+ * the prefetches out: measured on a Q8_0 prompt here, this loop gave 603 tokens/s, the same
+ * lines issued in a burst (a running row/line counter) 542, prefetches spread between the tile
+ * products 618 (against 729 here, another hour), none 678. */
 static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_t bytes, size_t part, size_t parts)
 {
     const size_t lines = (bytes + 63) / 64, total = R * lines;

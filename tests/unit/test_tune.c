@@ -73,7 +73,7 @@ int main(void)
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "first tune measures");
     check_choices("measured");
     const char *file = slurp(path);
-    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 2\ncpu\t", 21), "cache header: %.40s", file ? file : "(none)");
+    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 3\ncpu\t", 21), "cache header: %.40s", file ? file : "(none)");
     int lines = 0;
     for (const char *p = file; p && *p; p++) lines += *p == '\n';
     int want = 2;
@@ -116,7 +116,7 @@ int main(void)
     }
 
     /* 4. a file for another CPU is ignored and rewritten */
-    spit(path, "attnd-cpu-tune 2\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
+    spit(path, "attnd-cpu-tune 3\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
     cpu_tune_forget();
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "another CPU's file: measured again");
     check_choices("remeasured");
