@@ -78,7 +78,9 @@ INLINE float dot_float(int wt, size_t n, const unsigned char *w, const unsigned 
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     size_t i = 0;
+    const size_t wsz = wt == WT_F32 ? 4 : 2;
     for (; i + 32 <= n; i += 32) {
+        prefetch_ahead(w + wsz * i, 32 * wsz);
         s0 = _mm256_fmadd_ps(load_w8(wt, w, i), load_a8(a, i), s0);
         s1 = _mm256_fmadd_ps(load_w8(wt, w, i + 8), load_a8(a, i + 8), s1);
         s2 = _mm256_fmadd_ps(load_w8(wt, w, i + 16), load_a8(a, i + 16), s2);

@@ -41,7 +41,9 @@ INLINE float dot_float(int wt, size_t n, const unsigned char *w, const unsigned 
     const __mmask16 all = 0xffff;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     size_t i = 0;
+    const size_t wsz = wt == WT_F32 ? 4 : 2;
     for (; i + 64 <= n; i += 64) {
+        prefetch_ahead(w + wsz * i, 64 * wsz);
         s0 = _mm512_fmadd_ps(load_w16(wt, w, i, all), load_a16(a, i, all), s0);
         s1 = _mm512_fmadd_ps(load_w16(wt, w, i + 16, all), load_a16(a, i + 16, all), s1);
         s2 = _mm512_fmadd_ps(load_w16(wt, w, i + 32, all), load_a16(a, i + 32, all), s2);

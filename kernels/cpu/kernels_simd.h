@@ -26,6 +26,18 @@ INLINE float ld_f16(const unsigned char *p)
     return _cvtsh_ss(h);
 }
 
+/* Generation streams every weight once per token, and on the Xeon (AMX) measured the hardware
+ * prefetch left the dot loops waiting on memory: each step of a weight loop asks for the bytes it
+ * will read KERNELS_PREFETCH ahead (Q8_0 / Q4_0 generation, tokens/s: no prefetch 27 / 29, 512 B
+ * ahead 46 / 67, 2 KB 50 / 81, 4 KB 51 / 74). Rows lie one after another, so near a row's end
+ * that is the next row's start. */
+#define KERNELS_PREFETCH 2048
+
+INLINE void prefetch_ahead(const unsigned char *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + KERNELS_PREFETCH + o), _MM_HINT_T0);
+}
+
 /* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
  * 0..15, high nibbles 16..31) minus 8. */
 INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)

@@ -192,6 +192,7 @@ static inline float dot32(enum kind32 k, size_t n, const void *w, const void *a)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm0 = acc0, accm1 = acc0;
     size_t b = 0;
     for (; b + 2 <= nb; b += 2, pw += 2 * wb, pa += 2 * CPU_Q8_0_BYTES) {
+        prefetch_ahead(pw, 2 * wb);
         dot32_block(k, pw, pa, &acc0, &accm0);
         dot32_block(k, pw + wb, pa + CPU_Q8_0_BYTES, &acc1, &accm1);
     }
@@ -225,6 +226,7 @@ float QS(dot_q2_k)(size_t n, const void *w, const void *a)
     __m256 acc = _mm256_setzero_ps();
     float tail = 0.0f;
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 84, pa += QUANTS_Q8_K_BYTES) {
+        prefetch_ahead(pw, 84);
         const float da = ld_f32(pa);
         const unsigned char *sc = pw, *qa = (const unsigned char *)q8k_qs(pa);
         int summ = 0;
@@ -250,6 +252,7 @@ float QS(dot_q3_k)(size_t n, const void *w, const void *a)
     const unsigned char *pw = w, *pa = a;
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 110, pa += QUANTS_Q8_K_BYTES) {
+        prefetch_ahead(pw, 110);
         int16_t sc[16];
         quants_q3_k_scales(pw + 96, sc);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
@@ -273,6 +276,7 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
     __m256 acc = _mm256_setzero_ps();
     float tail = 0.0f;
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += bb, pa += QUANTS_Q8_K_BYTES) {
+        prefetch_ahead(pw, bb);
         int16_t sc[8], mn[8];
         quants_k4_scales(pw + 4, sc, mn);
         const float da = ld_f32(pa);
@@ -300,6 +304,7 @@ float QS(dot_q6_k)(size_t n, const void *w, const void *a)
     const unsigned char *pw = w, *pa = a;
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 210, pa += QUANTS_Q8_K_BYTES) {
+        prefetch_ahead(pw, 210);
         const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
         __m256i sumi = _mm256_setzero_si256();
@@ -320,6 +325,7 @@ float QS(dot_iq4_xs)(size_t n, const void *w, const void *a)
     const __m256i tbl = iq4_table();
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 136, pa += QUANTS_Q8_K_BYTES) {
+        prefetch_ahead(pw, 136);
         int16_t sc[8];
         quants_iq4_xs_scales(pw, sc);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
@@ -400,10 +406,9 @@ void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
  * (low nibbles: elements 0..15 of both blocks, high nibbles: 16..31), with -8 * each block's sum
  * as the int32 start value of its dot (so the nibbles 0..15 multiply unsigned, no sign trick).
  * Q4_0 takes its weight scales 8 blocks at a time (one gather, one conversion, one multiply by
- * the activation scales). The weights are prefetched MV_PREFETCH bytes ahead (rows lie one
+ * the activation scales). The weights are prefetched KERNELS_PREFETCH bytes ahead (rows lie one
  * after another, so near a row's end that is the next row's start). */
 #define MV_MAX_BLOCKS 4096 /* rows up to 131072 weights; longer ones take the per-row dots */
-#define MV_PREFETCH 2048
 
 struct mv_act {
     _Alignas(32) float d[MV_MAX_BLOCKS];
@@ -497,9 +502,7 @@ static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
     const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i i1 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     for (size_t b = 0; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
-        _mm_prefetch((const char *)(pw + MV_PREFETCH), _MM_HINT_T0);
-        _mm_prefetch((const char *)(pw + MV_PREFETCH + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(pw + MV_PREFETCH + 128), _MM_HINT_T0);
+        prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
         const __m512 s = _mm512_castps256_ps512(q4_scales8(pw, m->d + b));
         acc0 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc0);
         acc1 = q4_quad(pw + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, s), acc1);
@@ -509,9 +512,7 @@ static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     size_t b = 0;
     for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
-        _mm_prefetch((const char *)(pw + MV_PREFETCH), _MM_HINT_T0);
-        _mm_prefetch((const char *)(pw + MV_PREFETCH + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(pw + MV_PREFETCH + 128), _MM_HINT_T0);
+        prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
         const __m256 s = q4_scales8(pw, m->d + b);
         const size_t p = b / 2;
         acc0 = q4_pair(pw, m, p, _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), acc0);
@@ -541,7 +542,7 @@ int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t
         __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
         size_t b = nb8;
         for (; b + 2 <= nb; b += 2) {
-            _mm_prefetch((const char *)(pw + b * bw + MV_PREFETCH), _MM_HINT_T0);
+            prefetch_ahead(pw + b * bw, 2 * bw);
             acc0 = mv_block(q4, pw + b * bw, pa + b * CPU_Q8_0_BYTES, act.d[b], acc0);
             acc1 = mv_block(q4, pw + (b + 1) * bw, pa + (b + 1) * CPU_Q8_0_BYTES, act.d[b + 1], acc1);
         }
