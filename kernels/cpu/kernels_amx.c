@@ -164,6 +164,9 @@ struct act8 {
 struct panel8 {
     _Alignas(64) int8_t q[AMX_N][AMX_KB][32];
     float s[AMX_N][AMX_KB], m[AMX_N][AMX_KB];
+    /* where the A tile of block b is: a + b * step, rows `stride` apart (q, or the weights) */
+    const int8_t *a;
+    size_t stride, step;
 };
 
 /* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros) of blocks [b0, b0 + nb): per pair of blocks
@@ -229,10 +232,20 @@ static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_
         _mm_prefetch((const char *)(p + (i / lines) * stride + (i % lines) * 64), _MM_HINT_T1);
 }
 
-/* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. */
+/* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. Q8_0 weights of a
+ * whole tile of rows are not copied: the tile loads read them in place (34-byte blocks, rows wrb
+ * apart), and only their scales are decoded. */
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
                         struct panel8 *p)
 {
+    if (t == TENSOR_Q8_0 && R == AMX_N) { /* the int8 weights are tiles as they lie: only the scales */
+        const unsigned char *w0 = w + r * wrb + b0 * CPU_Q8_0_BYTES;
+        for (int i = 0; i < AMX_N; i++)
+            for (size_t b = 0; b < nb; b++) p->s[i][b] = ld_h(w0 + (size_t)i * wrb + b * CPU_Q8_0_BYTES);
+        p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
+        return;
+    }
+    p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
     for (int i = 0; i < AMX_N; i++) {
         if (i < R) {
             quants_avx2_unpack_row(t, w + (r + (size_t)i) * wrb, b0, nb, p->q[i][0], p->s[i], p->m[i]);
@@ -266,11 +279,11 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
     size_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        _tile_loadd(2, p->q[0][b], sizeof p->q[0]);
+        _tile_loadd(2, p->a + b * p->step, p->stride);
         _tile_loadd(4, x->x[b], 64);
         _tile_zero(0);
         _tile_dpbssd(0, 2, 4);
-        _tile_loadd(3, p->q[0][b + 1], sizeof p->q[0]);
+        _tile_loadd(3, p->a + (b + 1) * p->step, p->stride);
         _tile_loadd(5, x->x[b + 1], 64);
         _tile_zero(1);
         _tile_dpbssd(1, 3, 5);
@@ -280,7 +293,7 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
         scale_block((const int32_t(*)[16])c1, p, x, b + 1, mins, acc);
     }
     if (b < nb) {
-        _tile_loadd(2, p->q[0][b], sizeof p->q[0]);
+        _tile_loadd(2, p->a + b * p->step, p->stride);
         _tile_loadd(4, x->x[b], 64);
         _tile_zero(0);
         _tile_dpbssd(0, 2, 4);
@@ -314,7 +327,8 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
                     __m512 acc[16];
                     const size_t jt = j0 + AMX_N * tt;
                     const int T = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
-                    prefetch_part(w + rn * wrb + co, wrb, Rn, cb, tt, ntt);
+                    /* a batch of 1-2 token tiles has too little work to hide the prefetch loop behind */
+                    if (ntt > 2) prefetch_part(w + rn * wrb + co, wrb, Rn, cb, tt, ntt);
                     tile_int8(&panel, &acts[tt], nbc, mins, acc);
                     store_tile(acc, b0 > 0, R, T, y + jt * ys + r, ys);
                 }
