@@ -29,8 +29,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_INT8__) || !defined(__AMX_BF16__) || !defined(__AVX512BF16__) || \
-    !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__F16C__)
+/* gcc names the AMX macros __AMX_TILE__ ..., clang 14 __AMXTILE__ ... */
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || !(defined(__AMX_INT8__) || defined(__AMXINT8__)) || \
+    !(defined(__AMX_BF16__) || defined(__AMXBF16__)) || !defined(__AVX512BF16__) || !defined(__AVX512F__) ||     \
+    !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__F16C__)
 #error "kernels_amx.c must be compiled with AVX-512 F/BW/VL/DQ/BF16, F16C and -mamx-tile -mamx-int8 -mamx-bf16"
 #endif
 
