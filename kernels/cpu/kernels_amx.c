@@ -8,11 +8,13 @@
  * Here A is 16 weight rows and B 16 tokens:
  *
  * Quantized weights (int8 path, tdpbssd): the weights of 16 rows are unpacked once per chunk of
- * tokens into an int8 panel with a float scale (and min) per 32-block (quants_avx2_unpack_row),
- * the tokens' Q8_0 / Q8_K activations are packed per block into B. Every 32-block is one tile
- * product over K = 32, exact in int32 as in the scalar reference; its 16 x 16 sums then go
- * through AVX-512: acc[row] += float(C[row]) * (s_w[row] * d_a[tokens]) (- m_w[row] * d_a * sum a).
- * So the float work per block is three vector operations per 16 products of 32.
+ * tokens into an int8 panel with a float scale (and min) per 32-block (quants_avx2_unpack_row;
+ * Q8_0 rows are loaded as tiles where they lie), the tokens' Q8_0 / Q8_K activations are packed
+ * per block into B. Every 32-block is one tile product over K = 32, exact in int32 as in the
+ * scalar reference; its 16 x 16 sums then go through AVX-512: acc[row] += float(C[row]) *
+ * (s_w[row] * d_a[tokens]) (- m_w[row] * d_a * sum a). That float work, three vector operations
+ * per 16 products of 32, bounds this path: on the Xeon measured it runs at about half the rate of
+ * the tile products alone, and the two do not overlap (README, Performance).
  *
  * Float weights (bf16 path, tdpbf16ps, F16 and BF16 weights): bf16 has 8 significant bits, f16
  * 11, so each F16 weight is split exactly into hi + lo bf16 values and each activation into
@@ -39,7 +41,7 @@
 #define INLINE static inline __attribute__((always_inline))
 
 #define AMX_N 16         /* rows of weights and columns of tokens per tile */
-#define AMX_TOK 256       /* tokens packed at once (4 token tiles) */
+#define AMX_TOK 256      /* tokens packed at once (16 token tiles: a forward step's chunk) */
 #define AMX_KB 64        /* int8 path: 32-blocks per K chunk (2048 weights) */
 #define AMX_KF 1024      /* bf16 path: elements per K chunk */
 
