@@ -196,7 +196,8 @@ float quants_avx512_dot_iq4_xs(size_t n, const void *w, const void *a);
  * Q5_K and IQ4_XS. */
 int cpu_amx_type(enum tensor_type t);
 /* The GEMM of cpu_gemm (any n_tok; meant for 2+) on the tile unit; returns 0, doing nothing, for a
- * type cpu_amx_type refuses. Quantized types: exact int32 sums per 32-block, as the scalar
+ * type cpu_amx_type refuses or when the calling thread's buffers (~1.8 MB, made on its first call,
+ * freed when it exits) cannot be allocated. Quantized types: exact int32 sums per 32-block, as the scalar
  * reference, in another float order. F16/BF16: weights split exactly into two bf16 parts, the
  * activations into two (16 significant bits), summed in float: within about 2^-16 relative of
  * the exact dot per product. Configures the tiles on entry and releases them on return. */

@@ -28,7 +28,9 @@
 
 #include <assert.h>
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* gcc names the AMX macros __AMX_TILE__ ..., clang 14 __AMXTILE__ ... */
@@ -306,12 +308,11 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
     }
 }
 
+/* acts: AMX_TOK / AMX_N token tiles' buffers */
 static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
-                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys)
+                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys, struct act8 *acts,
+                      struct panel8 *panel)
 {
-    /* thread-local: ~170 KiB of activations and ~40 KiB of panel, too much for a thread's stack */
-    static __thread struct act8 acts[AMX_TOK / AMX_N];
-    static __thread struct panel8 panel;
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t);
     const size_t nb = n / 32;
     config_int8();
@@ -323,7 +324,7 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
                 pack_act8(q8k, mins, a, arb, j0 + AMX_N * tt, n_tok, b0, nbc, &acts[tt]);
             for (size_t r = r0; r < r1; r += AMX_N) {
                 const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
-                unpack_rows(t, w, wrb, r, R, b0, nbc, &panel);
+                unpack_rows(t, w, wrb, r, R, b0, nbc, panel);
                 /* the next 16 rows' bytes of this chunk, into L2 while these rows compute */
                 const size_t rn = r + AMX_N < r1 ? r + AMX_N : r1, Rn = r1 - rn < AMX_N ? r1 - rn : AMX_N;
                 const size_t cb = chunk_bytes(t, nbc), co = chunk_bytes(t, b0);
@@ -333,7 +334,7 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
                     const int T = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
                     /* a batch of 1-2 token tiles has too little work to hide the prefetch loop behind */
                     if (ntt > 2) prefetch_part(w + rn * wrb + co, wrb, Rn, cb, tt, ntt);
-                    tile_int8(&panel, &acts[tt], nbc, mins, acc);
+                    tile_int8(panel, &acts[tt], nbc, mins, acc);
                     store_tile(acc, b0 > 0, R, T, y + jt * ys + r, ys);
                 }
             }
@@ -461,11 +462,11 @@ INLINE void store_c(int which, int add, int R, int T, float *y, size_t ys)
     store_tile(acc, add, R, T, y, ys);
 }
 
+/* acts: AMX_TOK / AMX_N token tiles' buffers */
 static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
-                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys)
+                      const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys, struct actf *acts,
+                      struct panelf *panel)
 {
-    static __thread struct actf acts[AMX_TOK / AMX_N];
-    static __thread struct panelf panel;
     config_bf16();
     for (size_t j0 = 0; j0 < n_tok; j0 += AMX_TOK) {
         const size_t nt = n_tok - j0 < AMX_TOK ? n_tok - j0 : AMX_TOK, ntt = (nt + AMX_N - 1) / AMX_N;
@@ -474,13 +475,13 @@ static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, siz
             for (size_t tt = 0; tt < ntt; tt++) pack_actf(a, arb, j0 + AMX_N * tt, n_tok, k0, nkp, n, &acts[tt]);
             for (size_t r = r0; r < r1; r += AMX_N) {
                 const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
-                unpack_rowsf(f16, w, wrb, r, R, k0, nkp, n, &panel);
+                unpack_rowsf(f16, w, wrb, r, R, k0, nkp, n, panel);
                 for (size_t tt = 0; tt < ntt; tt += 2) {
                     const size_t jt = j0 + AMX_N * tt;
                     const int two = tt + 1 < ntt;
                     _tile_zero(0);
                     _tile_zero(1);
-                    tiles_bf16(&panel, &acts[tt], two ? &acts[tt + 1] : NULL, nkp, f16);
+                    tiles_bf16(panel, &acts[tt], two ? &acts[tt + 1] : NULL, nkp, f16);
                     const int T0 = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
                     store_c(0, k0 > 0, R, T0, y + jt * ys + r, ys);
                     if (two) {
@@ -492,6 +493,61 @@ static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, siz
         }
     }
     _tile_release();
+}
+
+/* ================================================================ per-thread buffers */
+
+/* Each thread's packed activations and weight panels (~1.8 MB): on the heap, made on a thread's
+ * first call and freed when it exits (a key destructor), so threads that never multiply on the
+ * tile unit (the HTTP server's) carry none of it. Every buffer is also on a list from a global
+ * root, so the main thread's, which lives to the end, is not a leak. */
+struct scratch {
+    struct act8 acts8[AMX_TOK / AMX_N];
+    struct panel8 panel8;
+    struct actf actsf[AMX_TOK / AMX_N];
+    struct panelf panelf;
+    struct scratch *prev, *next;
+};
+
+static pthread_key_t g_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_list_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct scratch *g_list;
+static int g_key_ok;
+
+static void scratch_free(void *p)
+{
+    struct scratch *sc = p;
+    pthread_mutex_lock(&g_list_mu);
+    if (sc->prev) sc->prev->next = sc->next;
+    else g_list = sc->next;
+    if (sc->next) sc->next->prev = sc->prev;
+    pthread_mutex_unlock(&g_list_mu);
+    free(sc);
+}
+
+static void key_make(void) { g_key_ok = pthread_key_create(&g_key, scratch_free) == 0; }
+
+/* This thread's buffers, or NULL when they cannot be had (the caller then leaves the product to
+ * another variant). */
+static struct scratch *scratch(void)
+{
+    pthread_once(&g_key_once, key_make);
+    if (!g_key_ok) return NULL;
+    struct scratch *sc = pthread_getspecific(g_key);
+    if (sc) return sc;
+    sc = aligned_alloc(64, sizeof *sc);
+    if (!sc) return NULL;
+    if (pthread_setspecific(g_key, sc)) {
+        free(sc);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_list_mu);
+    sc->prev = NULL, sc->next = g_list;
+    if (g_list) g_list->prev = sc;
+    g_list = sc;
+    pthread_mutex_unlock(&g_list_mu);
+    return sc;
 }
 
 /* ================================================================ entry points */
@@ -507,7 +563,11 @@ int cpu_amx_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t
         for (size_t j = 0; j < n_tok; j++) memset(y + j * ys + r0, 0, (r1 - r0) * sizeof(float));
         return 1;
     }
-    if (t == TENSOR_F16 || t == TENSOR_BF16) gemm_bf16(t == TENSOR_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
-    else gemm_int8(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    struct scratch *sc = scratch();
+    if (!sc) return 0;
+    if (t == TENSOR_F16 || t == TENSOR_BF16)
+        gemm_bf16(t == TENSOR_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->actsf, &sc->panelf);
+    else
+        gemm_int8(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->acts8, &sc->panel8);
     return 1;
 }
