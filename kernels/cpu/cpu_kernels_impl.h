@@ -149,7 +149,7 @@ int quants_panel_type(enum tensor_type t, enum quants_level level);
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 /* The matrix-vector product of Q8_0 or Q4_0 weights (rows [r0, r1)) with one Q8_0 activation row:
- * y[r] = the dot of row r; returns 0, doing nothing, for other types or rows over 131072 weights.
+ * y[r] = the dot of row r; returns 0, doing nothing, for other types or rows over 32768 weights.
  * Exact int32 sums per block like the scalar reference; another float order. AVX2 build
  * (maddubs) and VNNI build (vpdpbusd). */
 int quants_avx2_matvec_q(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,

@@ -408,7 +408,9 @@ void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n)
  * Q4_0 takes its weight scales 8 blocks at a time (one gather, one conversion, one multiply by
  * the activation scales). The weights are prefetched KERNELS_PREFETCH bytes ahead (rows lie one
  * after another, so near a row's end that is the next row's start). */
-#define MV_MAX_BLOCKS 4096 /* rows up to 131072 weights; longer ones take the per-row dots */
+/* rows up to 32768 weights (every matrix of the common models up to 70B); longer ones take the
+ * per-row dots. Thread-local: 52 KB a build, which every thread carries */
+#define MV_MAX_BLOCKS 1024
 
 struct mv_act {
     _Alignas(32) float d[MV_MAX_BLOCKS];
