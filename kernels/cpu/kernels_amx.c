@@ -166,13 +166,18 @@ struct act8 {
     _Alignas(64) float ds[AMX_KB][16];
 };
 
-/* 16 weight rows of AMX_KB blocks: row i, block b at q[i][b]; w = s * q - m */
+/* 16 weight rows of AMX_KB blocks: row i, block b at q[i][b]; w = s[b][i] * q - m[b][i] (a block's
+ * scales are a vector over the rows) */
 struct panel8 {
     _Alignas(64) int8_t q[AMX_N][AMX_KB][32];
-    float s[AMX_N][AMX_KB], m[AMX_N][AMX_KB];
+    _Alignas(64) float s[AMX_KB][AMX_N];
+    _Alignas(64) float m[AMX_KB][AMX_N];
+    float row_s[AMX_KB], row_m[AMX_KB]; /* one row's as unpacked, before they go into s and m */
     /* where the A tile of block b is: a + b * step, rows `stride` apart (q, or the weights) */
     const int8_t *a;
     size_t stride, step;
+    /* Q8_0 in place: block b's f16 scales at sw + b * step + i * stride (s is not filled) */
+    const unsigned char *sw;
 };
 
 /* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros) of blocks [b0, b0 + nb): per pair of blocks
@@ -238,28 +243,38 @@ static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_
         _mm_prefetch((const char *)(p + (i / lines) * stride + (i % lines) * 64), _MM_HINT_T1);
 }
 
+/* The f16 scales of 16 Q8_0 blocks, rows wrb apart from p: the low halves of the dwords there */
+INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
+{
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)wrb));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, p, 1)));
+}
+
 /* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. Q8_0 weights of a
  * whole tile of rows are not copied: the tile loads read them in place (34-byte blocks, rows wrb
- * apart), and only their scales are decoded. */
+ * apart), and only their scales are decoded, a block's 16 with one gather. */
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
-                        struct panel8 *p)
+                        int lazy, struct panel8 *p)
 {
     if (t == TENSOR_Q8_0 && R == AMX_N) { /* the int8 weights are tiles as they lie: only the scales */
         const unsigned char *w0 = w + r * wrb + b0 * CPU_Q8_0_BYTES;
-        for (int i = 0; i < AMX_N; i++)
-            for (size_t b = 0; b < nb; b++) p->s[i][b] = ld_h(w0 + (size_t)i * wrb + b * CPU_Q8_0_BYTES);
         p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
+        p->sw = lazy ? w0 : NULL;
+        for (size_t b = 0; b < nb && !lazy; b++) _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * CPU_Q8_0_BYTES, wrb));
         return;
     }
+    p->sw = NULL;
     p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
     for (int i = 0; i < AMX_N; i++) {
         if (i < R) {
-            quants_avx2_unpack_row(t, w + (r + (size_t)i) * wrb, b0, nb, p->q[i][0], p->s[i], p->m[i]);
+            quants_avx2_unpack_row(t, w + (r + (size_t)i) * wrb, b0, nb, p->q[i][0], p->row_s, p->row_m);
         } else {
             memset(p->q[i], 0, nb * 32);
-            memset(p->s[i], 0, nb * sizeof(float));
-            memset(p->m[i], 0, nb * sizeof(float));
+            memset(p->row_s, 0, nb * sizeof(float));
+            memset(p->row_m, 0, nb * sizeof(float));
         }
+        for (size_t b = 0; b < nb; b++) p->s[b][i] = p->row_s[b], p->m[b][i] = p->row_m[b];
     }
 }
 
@@ -272,8 +287,8 @@ INLINE void scale_block(const int32_t c[16][16], const struct panel8 *p, const s
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)c[i]));
-        acc[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(p->s[i][b])), acc[i]);
-        if (mins) acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(p->m[i][b]), ds, acc[i]);
+        acc[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(p->s[b][i])), acc[i]);
+        if (mins) acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(p->m[b][i]), ds, acc[i]);
     }
 }
 
@@ -308,11 +323,184 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
     }
 }
 
+/* ---- small batches (at most 16 tokens: batched decoding) ----
+ * A 16 x 16 C tile would be half or more empty for a few tokens, and the float work is per row of
+ * C. Here the C tiles are TP = 4, 8 or 16 tokens wide and stored densely, so one vector holds the
+ * sums of 16 / TP rows: TP vector steps per block instead of 16, each with the rows' scales spread
+ * over its lanes (one permute). Each panel of 16 rows is used once, for all the tokens, so it is taken whole
+ * (rows are contiguous in memory, which the prefetch of the next panel streams); the tokens'
+ * activations are packed once for up to SMALL_KB blocks and the sums stay in registers across
+ * the panel's K chunks. */
+#define SMALL_KB 1024 /* 32-blocks of activations packed at once: rows of up to 32768 weights */
+
+/* The activations of up to tp = 16 tokens: block b's B tile at x + 32 tp b (8 quads x tp tokens),
+ * the tokens' scales d[b] and d * sum(a) ds[b]. */
+struct act_small {
+    _Alignas(64) int8_t x[SMALL_KB * 8 * 64];
+    _Alignas(64) float d[SMALL_KB][16];
+    _Alignas(64) float ds[SMALL_KB][16];
+};
+
+/* C0, C1: 16 rows x tp tokens (int32), A0, A1 (tiles 4, 5): 16 rows x 32 int8, B0, B1 (6, 7): 8
+ * quads x tp tokens */
+static void config_int8_small(int tp)
+{
+    struct amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 2; i++) c.rows[i] = 16, c.colsb[i] = (uint16_t)(4 * tp);
+    for (int i = 4; i < 6; i++) c.rows[i] = 16, c.colsb[i] = 32;
+    for (int i = 6; i < 8; i++) c.rows[i] = 8, c.colsb[i] = (uint16_t)(4 * tp);
+    _tile_loadconfig(&c);
+}
+
+/* Packs the n_tok (<= tp) tokens' blocks [b0, b0 + nb); tokens n_tok..tp-1 are zeros. */
+static void pack_act_small(int q8k, int need_sum, const unsigned char *a, size_t arb, size_t n_tok, int tp,
+                           size_t b0, size_t nb, struct act_small *o)
+{
+    for (size_t b = 0; b < nb; b++) {
+        const size_t blk = b0 + b;
+        uint32_t *x = (uint32_t *)(void *)(o->x + 32 * (size_t)tp * b);
+        for (size_t j = 0; j < 16; j++) {
+            float d = 0.0f;
+            int sum = 0;
+            uint32_t q[8] = {0};
+            if (j < n_tok) {
+                const unsigned char *row = a + j * arb, *pq;
+                if (q8k) {
+                    const unsigned char *sbp = row + (blk / 8) * QUANTS_Q8_K_BYTES;
+                    int16_t bs[2];
+                    memcpy(bs, sbp + 4 + QUANTS_QK_K + 4 * (blk % 8), sizeof bs);
+                    d = ld_s(sbp), pq = sbp + 4 + 32 * (blk % 8), sum = bs[0] + bs[1];
+                } else {
+                    d = ld_h(row + blk * CPU_Q8_0_BYTES), pq = row + blk * CPU_Q8_0_BYTES + 2;
+                    if (need_sum)
+                        for (int i = 0; i < 32; i++) sum += (int8_t)pq[i];
+                }
+                memcpy(q, pq, sizeof q);
+            }
+            if (j < (size_t)tp)
+                for (int k = 0; k < 8; k++) x[(size_t)tp * k + j] = q[k]; /* quad k of token j */
+            o->d[b][j] = d;
+            o->ds[b][j] = d * (float)sum;
+        }
+    }
+}
+
+/* Block b's dense sums c (16 rows x tp tokens) scaled into acc[k] (lane l: row 16/tp * k + l / tp,
+ * token l % tp); the activations' block is xb. */
+INLINE void scale_small(const int32_t *c, const struct panel8 *p, const struct act_small *x, size_t xb, size_t b,
+                        int mins, int tp, const __m512i rowi[16], __m512i toki, __m512 acc[16])
+{
+    const __m512 da = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->d[xb]));
+    const __m512 dw = p->sw ? q8_0_scales(p->sw + b * p->step, p->stride) : _mm512_load_ps(p->s[b]);
+#pragma GCC unroll 16
+    for (int k = 0; k < tp; k++) {
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
+        acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_permutexvar_ps(rowi[k], dw)), acc[k]);
+    }
+    if (mins) {
+        const __m512 ds = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->ds[xb]));
+        const __m512 mw = _mm512_load_ps(p->m[b]);
+#pragma GCC unroll 16
+        for (int k = 0; k < tp; k++) acc[k] = _mm512_fnmadd_ps(_mm512_permutexvar_ps(rowi[k], mw), ds, acc[k]);
+    }
+}
+
+/* The next panel's weights, prefetched in `steps` parts while this one computes */
+struct prefetch {
+    const unsigned char *p;
+    size_t stride, rows, bytes, steps;
+};
+
+/* acc (16 rows x tp tokens, dense) += the panel's nb blocks times the activations' blocks [xb0,
+ * xb0 + nb); two blocks per step, step i issuing part xb0 / 2 + i of pf. */
+INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, size_t xb0, size_t nb, int mins, int tp,
+                            const struct prefetch *pf, __m512 acc[16])
+{
+    _Alignas(64) int32_t c0[16 * 16], c1[16 * 16];
+    __m512i rowi[16];
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i toki = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
+    for (int k = 0; k < tp; k++)
+        rowi[k] = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * k), _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2));
+    for (size_t b = 0; b < nb; b += 2) {
+        if (pf->rows) prefetch_part(pf->p, pf->stride, pf->rows, pf->bytes, (xb0 + b) / 2, pf->steps);
+        _tile_loadd(4, p->a + b * p->step, p->stride);
+        _tile_loadd(6, x->x + 32 * tp * (xb0 + b), 4 * tp);
+        _tile_zero(0);
+        _tile_dpbssd(0, 4, 6);
+        if (b + 1 < nb) {
+            _tile_loadd(5, p->a + (b + 1) * p->step, p->stride);
+            _tile_loadd(7, x->x + 32 * tp * (xb0 + b + 1), 4 * tp);
+            _tile_zero(1);
+            _tile_dpbssd(1, 5, 7);
+        }
+        _tile_stored(0, c0, 4 * tp);
+        scale_small(c0, p, x, xb0 + b, b, mins, tp, rowi, toki, acc);
+        if (b + 1 < nb) {
+            _tile_stored(1, c1, 4 * tp);
+            scale_small(c1, p, x, xb0 + b + 1, b + 1, mins, tp, rowi, toki, acc);
+        }
+    }
+}
+
+/* acc (dense 16 rows x tp tokens): y[token * ys + row] = (add ? y : 0) + sum, for R rows, T tokens */
+INLINE void store_small(const __m512 acc[16], int tp, int add, int R, int T, float *y, size_t ys)
+{
+    _Alignas(64) float c[16 * 16];
+    for (int k = 0; k < tp; k++) _mm512_store_ps(c + 16 * k, acc[k]);
+    const __mmask16 m = (__mmask16)(R >= 16 ? 0xffff : (1u << R) - 1u);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(tp));
+    for (int j = 0; j < T; j++) {
+        float *yj = y + (size_t)j * ys;
+        __m512 v = _mm512_i32gather_ps(_mm512_add_epi32(rows, _mm512_set1_epi32(j)), c, 4);
+        if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yj));
+        _mm512_mask_storeu_ps(yj, m, v);
+    }
+}
+
+/* gemm_int8 for n_tok <= 16 */
+static void gemm_int8_small(enum tensor_type t, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
+                            const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys,
+                            struct act_small *act, struct panel8 *panel)
+{
+    const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t), tp = n_tok <= 4 ? 4 : n_tok <= 8 ? 8 : 16;
+    const size_t nb = n / 32;
+    config_int8_small(tp);
+    for (size_t k0 = 0; k0 < nb; k0 += SMALL_KB) {
+        const size_t nbk = nb - k0 < SMALL_KB ? nb - k0 : SMALL_KB;
+        pack_act_small(q8k, mins, a, arb, n_tok, tp, k0, nbk, act);
+        for (size_t r = r0; r < r1; r += AMX_N) {
+            const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
+            const size_t rn = r + AMX_N < r1 ? r + AMX_N : r1;
+            const struct prefetch pf = {w + rn * wrb + chunk_bytes(t, k0), wrb, r1 - rn < AMX_N ? r1 - rn : AMX_N,
+                                        chunk_bytes(t, nbk), (nbk + 1) / 2};
+            __m512 acc[16];
+            for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+            for (size_t b0 = 0; b0 < nbk; b0 += AMX_KB) {
+                const size_t nbc = nbk - b0 < AMX_KB ? nbk - b0 : AMX_KB;
+                unpack_rows(t, w, wrb, r, R, k0 + b0, nbc, 1, panel);
+                if (tp == 4) tile_int8_small(panel, act, b0, nbc, mins, 4, &pf, acc);
+                else if (tp == 8) tile_int8_small(panel, act, b0, nbc, mins, 8, &pf, acc);
+                else tile_int8_small(panel, act, b0, nbc, mins, 16, &pf, acc);
+            }
+            store_small(acc, tp, k0 > 0, R, (int)n_tok, y + r, ys);
+        }
+    }
+    _tile_release();
+}
+
 /* acts: AMX_TOK / AMX_N token tiles' buffers */
 static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
                       const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys, struct act8 *acts,
-                      struct panel8 *panel)
+                      struct act_small *act_small, struct panel8 *panel)
 {
+    if (n_tok <= 16) {
+        gemm_int8_small(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, act_small, panel);
+        return;
+    }
     const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t);
     const size_t nb = n / 32;
     config_int8();
@@ -324,7 +512,7 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
                 pack_act8(q8k, mins, a, arb, j0 + AMX_N * tt, n_tok, b0, nbc, &acts[tt]);
             for (size_t r = r0; r < r1; r += AMX_N) {
                 const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
-                unpack_rows(t, w, wrb, r, R, b0, nbc, panel);
+                unpack_rows(t, w, wrb, r, R, b0, nbc, 0, panel);
                 /* the next 16 rows' bytes of this chunk, into L2 while these rows compute */
                 const size_t rn = r + AMX_N < r1 ? r + AMX_N : r1, Rn = r1 - rn < AMX_N ? r1 - rn : AMX_N;
                 const size_t cb = chunk_bytes(t, nbc), co = chunk_bytes(t, b0);
@@ -502,7 +690,10 @@ static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, siz
  * tile unit (the HTTP server's) carry none of it. Every buffer is also on a list from a global
  * root, so the main thread's, which lives to the end, is not a leak. */
 struct scratch {
-    struct act8 acts8[AMX_TOK / AMX_N];
+    union { /* a call uses one */
+        struct act8 acts8[AMX_TOK / AMX_N];
+        struct act_small act_small;
+    };
     struct panel8 panel8;
     struct actf actsf[AMX_TOK / AMX_N];
     struct panelf panelf;
@@ -568,6 +759,6 @@ int cpu_amx_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t
     if (t == TENSOR_F16 || t == TENSOR_BF16)
         gemm_bf16(t == TENSOR_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->actsf, &sc->panelf);
     else
-        gemm_int8(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->acts8, &sc->panel8);
+        gemm_int8(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->acts8, &sc->act_small, &sc->panel8);
     return 1;
 }
