@@ -100,6 +100,25 @@ static void ref_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
 }
 
+static size_t ref_argmax(const float *x, size_t n)
+{
+    size_t best = n;
+    float bv = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > bv) { /* NaN never compares greater */
+            bv = x[i];
+            best = i;
+        }
+    return best;
+}
+
+static size_t ref_find_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
 /* ================================================================ scalar reference kernels */
 
 /* Rows are addressed through byte pointers; these loads work at any alignment. */
@@ -234,6 +253,8 @@ struct kernel_set {
     void (*quantize_q8_0)(const float *x, void *dst, size_t n);
     void (*h2f)(const uint16_t *src, float *dst, size_t n);
     void (*f2h)(const float *src, uint16_t *dst, size_t n);
+    size_t (*argmax)(const float *x, size_t n);
+    size_t (*find_nonfinite)(const float *x, size_t n);
 };
 
 static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
@@ -241,21 +262,27 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         {ref_gemm_f32, ref_gemm_f16, ref_gemm_bf16, ref_gemm_q8_0, ref_gemm_q4_0},
                         ref_quantize_q8_0,
                         ref_f16_to_f32_row,
-                        ref_f32_to_f16_row},
+                        ref_f32_to_f16_row,
+                        ref_argmax,
+                        ref_find_nonfinite},
     [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
                        cpu_avx2_vec_dot_q4_0},
                       {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
                        cpu_avx2_gemm_q4_0},
                       cpu_avx2_quantize_row_q8_0,
                       cpu_avx2_f16_to_f32_row,
-                      cpu_avx2_f32_to_f16_row},
+                      cpu_avx2_f32_to_f16_row,
+                      cpu_avx2_argmax,
+                      cpu_avx2_find_nonfinite},
     [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
                          cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
                         {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
                          cpu_avx512_gemm_q4_0},
                         cpu_avx512_quantize_row_q8_0,
                         cpu_avx512_f16_to_f32_row,
-                        cpu_avx512_f32_to_f16_row},
+                        cpu_avx512_f32_to_f16_row,
+                        cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
+                        cpu_avx2_find_nonfinite},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -433,6 +460,11 @@ void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) { active()->h
 
 /* Dispatched; every ISA gives the bits of cpu_f32_to_f16. */
 void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) { active()->f2h(src, dst, n); }
+
+size_t cpu_argmax(const float *x, size_t n) { return active()->argmax(x, n); }
+size_t cpu_argmax_ref(const float *x, size_t n) { return ref_argmax(x, n); }
+size_t cpu_find_nonfinite(const float *x, size_t n) { return active()->find_nonfinite(x, n); }
+size_t cpu_find_nonfinite_ref(const float *x, size_t n) { return ref_find_nonfinite(x, n); }
 
 /* ================================================================ public kernels */
 

@@ -41,6 +41,15 @@ uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept NaN */
 void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
+/* ---- scans of float rows (a vocabulary's logits); SIMD where available, same results ---- */
+/* The index of the largest value, the lowest one among equals; NaN never counts. n if there is
+ * none above -inf (all -inf or NaN, or n == 0). */
+size_t cpu_argmax(const float *x, size_t n);
+size_t cpu_argmax_ref(const float *x, size_t n);
+/* The index of the first NaN or infinity; n if all are finite. */
+size_t cpu_find_nonfinite(const float *x, size_t n);
+size_t cpu_find_nonfinite_ref(const float *x, size_t n);
+
 /* ---- weights ---- */
 /* 1 if the kernels can compute with weights of this type. */
 int cpu_type_supported(enum tensor_type t);

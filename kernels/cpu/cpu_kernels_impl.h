@@ -55,6 +55,9 @@ void cpu_avx2_quantize_row_q8_0(const float *x, void *dst, size_t n);
 /* Hardware F16C conversions (IEEE round-to-nearest-even, same results as the scalar ones). */
 void cpu_avx2_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_avx2_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
+/* Same results as cpu_argmax_ref / cpu_find_nonfinite_ref. */
+size_t cpu_avx2_argmax(const float *x, size_t n);
+size_t cpu_avx2_find_nonfinite(const float *x, size_t n);
 
 /* ---- AVX-512 F/BW/VL/DQ (kernels_avx512.c) ---- */
 float cpu_avx512_vec_dot_f32(size_t n, const void *w, const void *a);

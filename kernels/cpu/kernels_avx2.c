@@ -18,6 +18,7 @@
 #include "attnd/tensor.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
@@ -727,4 +728,45 @@ void cpu_avx2_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
         _mm_storeu_si128((__m128i *)(void *)(dst + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* Two passes: the largest value (vmaxps keeps the running maximum, its second operand, where the
+ * row holds NaN), then the first index holding it. */
+size_t cpu_avx2_argmax(const float *x, size_t n)
+{
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    _Alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+    float mx = -INFINITY;
+    for (int k = 0; k < 8; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (!(mx > -INFINITY)) return n;
+    const __m256 vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (k) return i + (size_t)__builtin_ctz((unsigned)k);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return n;
+}
+
+/* A float is NaN or infinite when its exponent bits are all ones. */
+size_t cpu_avx2_find_nonfinite(const float *x, size_t n)
+{
+    const __m256i e = _mm256_set1_epi32(0x7f800000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+        const int k = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(v, e), e)));
+        if (k) return i + (size_t)__builtin_ctz((unsigned)k);
+    }
+    for (; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
 }

@@ -52,6 +52,7 @@ struct fwd_cpu {
     float *fa2_scratch;
     size_t fa2_scratch_n;
     float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
+    float **logit_to; /* (logit_rows) where each row goes */
     size_t logit_rows;
     char device[96]; /* "cpu (avx2)" */
     enum tensor_type types[FWD_KERNEL_TYPES]; /* the matrices' weight types, each once */
@@ -77,6 +78,7 @@ static void cpu_destroy(void *state)
     free(c->fseqs);
     free(c->fa2_scratch);
     free(c->logits);
+    free(c->logit_to);
     free(c);
 }
 
@@ -217,6 +219,7 @@ struct mm_job {
     const void *a;
     size_t a_row_bytes, n_tok;
     int swiglu;
+    float *const *rows_to; /* (n_tok) or NULL: each thread copies its rows of y[0]'s token t there too */
 };
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -244,14 +247,23 @@ static void mm_run(void *arg, int ith, int nth)
             for (size_t r = r0; r < r1; r++) g[r] = silu(g[r]) * u[r];
         }
     }
+    if (j->rows_to) {
+        const size_t n_out = j->w[0]->n_out;
+        size_t r0, r1;
+        split(n_out, 16, ith, nth, &r0, &r1);
+        for (size_t t = 0; t < j->n_tok && r0 < r1; t++)
+            memcpy(j->rows_to[t] + r0, j->y[0] + t * n_out + r0, (r1 - r0) * sizeof(float));
+    }
 }
 
 /* y[i] (n_tok, w[i]->n_out) = prepared activations · w[i]ᵀ (+ bias[i]) for i < n; see mm_job. */
 static void matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weight *const *w, size_t row_bytes,
-                              size_t n_tok, float *const *y, const float *const *bias, int swiglu)
+                              size_t n_tok, float *const *y, const float *const *bias, int swiglu,
+                              float *const *rows_to)
 {
     ATTND_CHECK(n >= 1 && n <= MM_MAX && (!swiglu || (n == 2 && w[0]->n_out == w[1]->n_out)));
-    struct mm_job j = {.n = n, .a = c->prep, .a_row_bytes = row_bytes, .n_tok = n_tok, .swiglu = swiglu};
+    struct mm_job j = {.n = n, .a = c->prep, .a_row_bytes = row_bytes, .n_tok = n_tok, .swiglu = swiglu,
+                       .rows_to = rows_to};
     uint64_t macs = 0;
     for (int i = 0; i < n; i++) {
         j.w[i] = w[i];
@@ -268,7 +280,7 @@ static void matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weigh
 static void matmul_prepared(struct fwd_cpu *c, const struct model_weight *w, size_t row_bytes, size_t n_tok, float *y,
                             const float *bias)
 {
-    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, 0);
+    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, 0, NULL);
 }
 
 static void matmul(struct fwd_cpu *c, const struct model_weight *w, const float *x, size_t n_tok, float *y,
@@ -345,8 +357,10 @@ static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, st
     fa->scratch = c->fa2_scratch;
     if (s->n_seqs > 1 && s->n_logit_rows > c->logit_rows) {
         float *nl = realloc(c->logits, s->n_logit_rows * V * sizeof(float));
-        if (!nl) return ATTND_ERR_NOMEM;
-        c->logits = nl;
+        if (nl) c->logits = nl;
+        float **nt = realloc(c->logit_to, s->n_logit_rows * sizeof *nt);
+        if (nt) c->logit_to = nt;
+        if (!nl || !nt) return ATTND_ERR_NOMEM;
         c->logit_rows = s->n_logit_rows;
     }
     return ATTND_OK;
@@ -383,7 +397,7 @@ static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
         const struct model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {c->q, c->k, c->v};
         const float *b[3] = {L->bq, L->bk, L->bv};
-        matmul_prepared_n(c, 3, w, rb, T, y, b, 0);
+        matmul_prepared_n(c, 3, w, rb, T, y, b, 0, NULL);
     } else {
         matmul(c, &L->wq, c->h, T, c->q, L->bq);
         matmul(c, &L->wk, c->h, T, c->k, L->bk);
@@ -439,7 +453,7 @@ static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
         size_t rb = prepare(c, L->w_gate.type, c->h, d, T);
         const struct model_weight *w[2] = {&L->w_gate, &L->w_up};
         float *y[2] = {c->gate, c->up};
-        matmul_prepared_n(c, 2, w, rb, T, y, NULL, 1);
+        matmul_prepared_n(c, 2, w, rb, T, y, NULL, 1, NULL);
     } else {
         matmul(c, &L->w_gate, c->h, T, c->gate, NULL);
         matmul(c, &L->w_up, c->h, T, c->up, NULL);
@@ -472,19 +486,24 @@ static void logits(struct fwd_cpu *c, const struct fwd_step *s)
         for (int k = first; k < seqs[i].n; k++, r++)
             rmsnorm(c->h + r * d, c->x + (size_t)(t + k) * d, m->output_norm, d, m->hp.rms_eps);
     }
-    /* one sequence: straight into its buffer; several: into scratch, then copied out */
+    /* one sequence: straight into its buffer; several: into scratch, each thread copying its rows
+     * out to the sequences' buffers while they are in its cache */
     float *dst = (s->n_seqs == 1) ? NULL : c->logits;
     for (int i = 0; i < s->n_seqs && !dst; i++)
         if (seqs[i].logits) dst = seqs[i].logits;
-    matmul(c, &m->output, c->h, s->n_logit_rows, dst, NULL);
-    if (dst != c->logits) return;
+    if (dst != c->logits) {
+        matmul(c, &m->output, c->h, s->n_logit_rows, dst, NULL);
+        return;
+    }
     r = 0;
     for (int i = 0; i < s->n_seqs; i++) {
         if (!seqs[i].logits) continue;
         size_t rows = seqs[i].all_logits ? (size_t)seqs[i].n : 1;
-        memcpy(seqs[i].logits, c->logits + r * V, rows * V * sizeof(float));
-        r += rows;
+        for (size_t k = 0; k < rows; k++) c->logit_to[r++] = seqs[i].logits + k * V;
     }
+    const struct model_weight *w = &m->output;
+    const size_t rb = prepare(c, w->type, c->h, w->n_in, s->n_logit_rows);
+    matmul_prepared_n(c, 1, &w, rb, s->n_logit_rows, &dst, NULL, 0, c->logit_to);
 }
 
 static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)

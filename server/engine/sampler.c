@@ -3,6 +3,7 @@
 #include "attnd/sampler.h"
 
 #include "attnd/check.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 #include <float.h>
 #include <math.h>
@@ -327,15 +328,8 @@ static const float *apply_penalties(struct sampler *s, const float *logits)
 /* Highest logit, lowest id on ties; -1 if all are -inf or NaN. */
 static int argmax(const float *lg, int n)
 {
-    int best = -1;
-    float bv = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (lg[i] > bv) { /* NaN never compares greater */
-            bv = lg[i];
-            best = i;
-        }
-    }
-    return best;
+    const size_t i = cpu_argmax(lg, (size_t)n);
+    return i < (size_t)n ? (int)i : -1;
 }
 
 /* top_p and min_p on c[0..m), sorted best first with c[0] finite. Both keep a prefix of the

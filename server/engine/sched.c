@@ -33,6 +33,7 @@
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 enum phase { PH_WAITING = 0, PH_PREFILL = 1, PH_DECODE = 2 };
 
@@ -267,9 +268,8 @@ static void admit(struct sched *s)
 /* Index of the first NaN or infinite value of x[0..n), or -1 if all are finite. */
 static int first_nonfinite(const float *x, int n)
 {
-    for (int i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
+    const size_t i = cpu_find_nonfinite(x, (size_t)n);
+    return i < (size_t)n ? (int)i : -1;
 }
 
 /* One generation step for a request whose logits are ready (genstep.h), delivered as a TOKEN

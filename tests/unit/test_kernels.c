@@ -119,9 +119,13 @@ static double dot64(const float *w, const float *a, size_t n, double *sabs)
     return s;
 }
 
+/* Q8_0 / Q4_0: float sums per block. F16 / BF16: the AMX tiles multiply bf16 hi + lo splits and
+ * drop terms below 2^-16 of each product (kernels_amx.c), so 2^-16 of sum |w a|, which a single
+ * product (n = 1) can reach. F32: float summation order. */
 static double tolerance(enum tensor_type t, size_t n, double sabs)
 {
     if (t == TENSOR_Q8_0 || t == TENSOR_Q4_0) return (double)(n / 32 + 4) * FLT_EPSILON * sabs + 1e-30;
+    if (t == TENSOR_F16 || t == TENSOR_BF16) return (0x1p-16 + 1e-6) * sabs + 1e-30; /* + float rounding */
     return 1e-5 * sabs + 1e-30;
 }
 
@@ -483,6 +487,57 @@ static void test_bf16(void)
     T_CHECK(bad == 0, "bf16 round trip: %d values", bad);
 }
 
+/* argmax and find_nonfinite equal their scalar references on every ISA: rows of every length up to
+ * 70 and a vocabulary's, with the maximum or a NaN / infinity at the start, in the middle, in the
+ * tail or nowhere, ties (the lowest index wins), NaNs around the maximum, and rows all -inf / NaN. */
+static void test_scans(enum cpu_isa max_isa)
+{
+    enum { V = 151936 };
+    float *x = t_xmalloc(V * sizeof(float));
+    const float specials[] = {NAN, INFINITY, -INFINITY};
+    for (int isa = 0; isa <= (int)max_isa; isa++) {
+        cpu_kernels_set_isa((enum cpu_isa)isa);
+        const char *in = cpu_isa_name((enum cpu_isa)isa);
+        int bad = 0;
+        for (int trial = 0; trial < 400; trial++) {
+            const size_t n = trial < 300 ? (size_t)(trial % 71) : (size_t)V - (size_t)(trial % 3);
+            for (size_t i = 0; i < n; i++) x[i] = (float)(rnd_u64() % 2001) / 100.0f - 10.0f; /* ties likely */
+            switch (trial % 6) {
+            case 1: /* a special value somewhere */
+                if (n) x[rnd_u64() % n] = specials[rnd_u64() % 3];
+                break;
+            case 2: /* several NaNs and a maximum */
+                for (int k = 0; k < 3 && n; k++) x[rnd_u64() % n] = NAN;
+                if (n) x[rnd_u64() % n] = 50.0f;
+                break;
+            case 3: /* the first or the last is special */
+                if (n) x[trial % 2 ? 0 : n - 1] = specials[trial % 3];
+                break;
+            case 4: /* all -inf or NaN */
+                for (size_t i = 0; i < n; i++) x[i] = i % 2 ? NAN : -INFINITY;
+                break;
+            case 5: /* a row of one value */
+                for (size_t i = 0; i < n; i++) x[i] = 1.5f;
+                break;
+            default: break;
+            }
+            const size_t a = cpu_argmax(x, n), ar = cpu_argmax_ref(x, n);
+            const size_t f = cpu_find_nonfinite(x, n), fr = cpu_find_nonfinite_ref(x, n);
+            if ((a != ar || f != fr) && bad++ < 3)
+                fprintf(stderr, "  %s n=%zu trial %d: argmax %zu (ref %zu), nonfinite %zu (ref %zu)\n", in, n, trial, a,
+                        ar, f, fr);
+        }
+        T_CHECK(bad == 0, "%s argmax / find_nonfinite: %d rows differ from the scalar reference", in, bad);
+    }
+    /* the references themselves, on rows whose answers are known */
+    const float r1[] = {1.0f, NAN, 3.0f, 3.0f, -INFINITY};
+    T_CHECK(cpu_argmax_ref(r1, 5) == 2 && cpu_find_nonfinite_ref(r1, 5) == 1, "reference scans");
+    const float r2[] = {-INFINITY, NAN};
+    T_CHECK(cpu_argmax_ref(r2, 2) == 2 && cpu_argmax_ref(r2, 0) == 0 && cpu_find_nonfinite_ref(r1, 1) == 1,
+            "reference scans: nothing above -inf, empty rows, all finite");
+    free(x);
+}
+
 /* The dispatched row conversions give the scalar bits on every ISA (NaNs included). */
 static void test_rows(enum cpu_isa max_isa)
 {
@@ -631,6 +686,7 @@ int main(void)
     test_f16_constants();
     test_bf16();
     test_rows(max_isa);
+    test_scans(max_isa);
     test_quantize_q8_0(max_isa);
     test_q4_0_layout(max_isa);
     for (int isa = 0; isa <= (int)max_isa; isa++) {
