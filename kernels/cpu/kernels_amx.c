@@ -413,6 +413,20 @@ struct prefetch {
     size_t stride, rows, bytes, steps;
 };
 
+/* Part `part` of pf. Rows that lie back to back (whole rows: the usual case) are one span, whose
+ * lines are issued in order with no division per line; a division per line costs more than the
+ * tile products of a small batch. */
+INLINE void prefetch_step(const struct prefetch *pf, size_t part)
+{
+    if (pf->stride != pf->bytes) {
+        prefetch_part(pf->p, pf->stride, pf->rows, pf->bytes, part, pf->steps);
+        return;
+    }
+    const size_t lines = (pf->rows * pf->bytes + 63) / 64;
+    const size_t end = lines * (part + 1) / pf->steps;
+    for (size_t i = lines * part / pf->steps; i < end; i++) _mm_prefetch((const char *)(pf->p + 64 * i), _MM_HINT_T1);
+}
+
 /* acc (16 rows x tp tokens, dense) += the panel's nb blocks times the activations' blocks [xb0,
  * xb0 + nb); two blocks per step, step i issuing part xb0 / 2 + i of pf. */
 INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, size_t xb0, size_t nb, int mins, int tp,
@@ -425,7 +439,7 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
     for (int k = 0; k < tp; k++)
         rowi[k] = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * k), _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2));
     for (size_t b = 0; b < nb; b += 2) {
-        if (pf->rows) prefetch_part(pf->p, pf->stride, pf->rows, pf->bytes, (xb0 + b) / 2, pf->steps);
+        if (pf->rows) prefetch_step(pf, xb0 + b);
         _tile_loadd(4, p->a + b * p->step, p->stride);
         _tile_loadd(6, x->x + 32 * tp * (xb0 + b), 4 * tp);
         _tile_zero(0);
@@ -438,6 +452,7 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
         }
         _tile_stored(0, c0, 4 * tp);
         scale_small(c0, p, x, xb0 + b, b, mins, tp, rowi, toki, acc);
+        if (b + 1 < nb && pf->rows) prefetch_step(pf, xb0 + b + 1);
         if (b + 1 < nb) {
             _tile_stored(1, c1, 4 * tp);
             scale_small(c1, p, x, xb0 + b + 1, b + 1, mins, tp, rowi, toki, acc);
@@ -476,7 +491,7 @@ static void gemm_int8_small(enum tensor_type t, size_t n, const unsigned char *w
             const int R = r1 - r < AMX_N ? (int)(r1 - r) : AMX_N;
             const size_t rn = r + AMX_N < r1 ? r + AMX_N : r1;
             const struct prefetch pf = {w + rn * wrb + chunk_bytes(t, k0), wrb, r1 - rn < AMX_N ? r1 - rn : AMX_N,
-                                        chunk_bytes(t, nbk), (nbk + 1) / 2};
+                                        chunk_bytes(t, nbk), nbk};
             __m512 acc[16];
             for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
             for (size_t b0 = 0; b0 < nbk; b0 += AMX_KB) {
