@@ -112,6 +112,11 @@ static size_t ref_argmax(const float *x, size_t n)
     return best;
 }
 
+static void ref_swiglu_row(float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 static size_t ref_find_nonfinite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -255,6 +260,7 @@ struct kernel_set {
     void (*f2h)(const float *src, uint16_t *dst, size_t n);
     size_t (*argmax)(const float *x, size_t n);
     size_t (*find_nonfinite)(const float *x, size_t n);
+    void (*swiglu)(float *g, const float *u, size_t n);
 };
 
 static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
@@ -264,7 +270,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         ref_f16_to_f32_row,
                         ref_f32_to_f16_row,
                         ref_argmax,
-                        ref_find_nonfinite},
+                        ref_find_nonfinite,
+                        ref_swiglu_row},
     [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
                        cpu_avx2_vec_dot_q4_0},
                       {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
@@ -273,7 +280,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                       cpu_avx2_f16_to_f32_row,
                       cpu_avx2_f32_to_f16_row,
                       cpu_avx2_argmax,
-                      cpu_avx2_find_nonfinite},
+                      cpu_avx2_find_nonfinite,
+                      cpu_avx2_swiglu_row},
     [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
                          cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
                         {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
@@ -282,7 +290,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         cpu_avx512_f16_to_f32_row,
                         cpu_avx512_f32_to_f16_row,
                         cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
-                        cpu_avx2_find_nonfinite},
+                        cpu_avx2_find_nonfinite,
+                      cpu_avx2_swiglu_row},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -465,6 +474,8 @@ size_t cpu_argmax(const float *x, size_t n) { return active()->argmax(x, n); }
 size_t cpu_argmax_ref(const float *x, size_t n) { return ref_argmax(x, n); }
 size_t cpu_find_nonfinite(const float *x, size_t n) { return active()->find_nonfinite(x, n); }
 size_t cpu_find_nonfinite_ref(const float *x, size_t n) { return ref_find_nonfinite(x, n); }
+void cpu_swiglu_row(float *g, const float *u, size_t n) { active()->swiglu(g, u, n); }
+void cpu_swiglu_row_ref(float *g, const float *u, size_t n) { ref_swiglu_row(g, u, n); }
 
 /* ================================================================ public kernels */
 

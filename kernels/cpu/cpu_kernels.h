@@ -41,7 +41,8 @@ uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept NaN */
 void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
-/* ---- scans of float rows (a vocabulary's logits); SIMD where available, same results ---- */
+/* ---- float rows: scans of a vocabulary's logits (SIMD where available, same results) and the
+ * SwiGLU gate ---- */
 /* The index of the largest value, the lowest one among equals; NaN never counts. n if there is
  * none above -inf (all -inf or NaN, or n == 0). */
 size_t cpu_argmax(const float *x, size_t n);
@@ -49,6 +50,10 @@ size_t cpu_argmax_ref(const float *x, size_t n);
 /* The index of the first NaN or infinity; n if all are finite. */
 size_t cpu_find_nonfinite(const float *x, size_t n);
 size_t cpu_find_nonfinite_ref(const float *x, size_t n);
+/* The SwiGLU gate: g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i]. The SIMD versions use a
+ * polynomial exp: within 1e-6 relative of the reference. */
+void cpu_swiglu_row(float *g, const float *u, size_t n);
+void cpu_swiglu_row_ref(float *g, const float *u, size_t n);
 
 /* ---- weights ---- */
 /* 1 if the kernels can compute with weights of this type. */

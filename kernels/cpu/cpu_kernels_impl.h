@@ -58,6 +58,8 @@ void cpu_avx2_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 /* Same results as cpu_argmax_ref / cpu_find_nonfinite_ref. */
 size_t cpu_avx2_argmax(const float *x, size_t n);
 size_t cpu_avx2_find_nonfinite(const float *x, size_t n);
+/* cpu_swiglu_row_ref within 1e-6 relative (a polynomial exp). */
+void cpu_avx2_swiglu_row(float *g, const float *u, size_t n);
 
 /* ---- AVX-512 F/BW/VL/DQ (kernels_avx512.c) ---- */
 float cpu_avx512_vec_dot_f32(size_t n, const void *w, const void *a);

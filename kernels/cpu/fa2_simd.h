@@ -1,4 +1,4 @@
-/* fa2_simd.h - the static inline helpers fa2_avx2.c and fa2_avx512.c share: the 8-lane exp,
+/* fa2_simd.h - the static inline helpers fa2_avx2.c and fa2_avx512.c share: the 8-lane
  * max, sum and transposing reduction, the tile and row-state structs, step 2 (the online
  * softmax of one tile, on two 8-lane vectors of scores per row) and the job's tile walk.
  * Include only from a file built with at least -mavx2 -mfma -mf16c (both kernels are). */
@@ -11,34 +11,13 @@
 #include <string.h>
 
 #include "kernels/cpu/fa2.h"
+#include "kernels/cpu/kernels_simd.h" /* exp8 */
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "fa2_simd.h needs -mavx2 -mfma -mf16c"
 #endif
 
 #define FA2_INLINE static inline __attribute__((always_inline))
-
-/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Cody-Waite reduction x = n ln2 + r,
- * |r| <= ln2/2, degree-6 Taylor polynomial: relative error below 2e-7. exp(0) is exactly 1. */
-FA2_INLINE __m256 exp8(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    const __m256 valid = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
-}
 
 /* All-lanes max / sum of v. */
 FA2_INLINE __m256 bmax8(__m256 v)

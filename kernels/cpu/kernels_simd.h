@@ -26,6 +26,28 @@ INLINE float ld_f16(const unsigned char *p)
     return _cvtsh_ss(h);
 }
 
+/* e^x for x <= 88; x < -87.3 (also -inf and NaN) gives 0. Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, degree-6 Taylor polynomial: relative error below 2e-7. exp(0) is exactly 1. */
+INLINE __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    const __m256 valid = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
+}
+
 /* Generation streams every weight once per token, and on the Xeon (AMX) measured the hardware
  * prefetch left the dot loops waiting on memory: each step of a weight loop asks for the bytes it
  * will read KERNELS_PREFETCH ahead (Q8_0 / Q4_0 generation, tokens/s: no prefetch 27 / 29, 512 B

@@ -222,8 +222,6 @@ struct mm_job {
     float *const *rows_to; /* (n_tok) or NULL: each thread copies its rows of y[0]'s token t there too */
 };
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
 static void mm_run(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
@@ -241,11 +239,8 @@ static void mm_run(void *arg, int ith, int nth)
         const size_t n_out = j->w[0]->n_out;
         size_t r0, r1;
         split(n_out, 16, ith, nth, &r0, &r1);
-        for (size_t t = 0; t < j->n_tok; t++) {
-            float *g = j->y[0] + t * n_out;
-            const float *u = j->y[1] + t * n_out;
-            for (size_t r = r0; r < r1; r++) g[r] = silu(g[r]) * u[r];
-        }
+        for (size_t t = 0; t < j->n_tok && r0 < r1; t++)
+            cpu_swiglu_row(j->y[0] + t * n_out + r0, j->y[1] + t * n_out + r0, r1 - r0);
     }
     if (j->rows_to) {
         const size_t n_out = j->w[0]->n_out;
@@ -457,7 +452,7 @@ static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
     } else {
         matmul(c, &L->w_gate, c->h, T, c->gate, NULL);
         matmul(c, &L->w_up, c->h, T, c->up, NULL);
-        for (size_t i = 0; i < T * ff; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
+        cpu_swiglu_row(c->gate, c->up, T * ff);
     }
     matmul(c, &L->w_down, c->gate, T, c->h, NULL);
     add_residual(c->x, c->h, T * d);

@@ -487,6 +487,44 @@ static void test_bf16(void)
     T_CHECK(bad == 0, "bf16 round trip: %d values", bad);
 }
 
+/* The SwiGLU gate against its scalar reference on every ISA: lengths 0..40 (tails) and 4864, gate
+ * values from -100 to 100 (e^-g past the float range both ways), zeros, NaN kept NaN. */
+static void test_swiglu(enum cpu_isa max_isa)
+{
+    enum { N = 4864 };
+    float *g = t_xmalloc(N * sizeof(float)), *u = t_xmalloc(N * sizeof(float));
+    float *got = t_xmalloc(N * sizeof(float)), *ref = t_xmalloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+        const double r = (double)(rnd_u64() % 2000001) / 1e6 - 1.0; /* [-1, 1] */
+        g[i] = (float)(i % 7 == 0 ? 100.0 * r : 8.0 * r);
+        u[i] = (float)(rnd_u64() % 2001) / 1000.0f - 1.0f;
+    }
+    g[5] = 0.0f, g[6] = -0.0f, g[9] = NAN, g[10] = 88.5f, g[11] = -88.5f;
+    for (int isa = 0; isa <= (int)max_isa; isa++) {
+        cpu_kernels_set_isa((enum cpu_isa)isa);
+        int bad = 0;
+        for (size_t n = 0; n <= 41; n++) {
+            const size_t len = n <= 40 ? n : N;
+            memcpy(got, g, len * sizeof(float));
+            memcpy(ref, g, len * sizeof(float));
+            cpu_swiglu_row(got, u, len);
+            cpu_swiglu_row_ref(ref, u, len);
+            for (size_t i = 0; i < len; i++) {
+                const int ok = isnan(ref[i]) ? isnan(got[i])
+                                              : fabs((double)got[i] - (double)ref[i]) <= 1e-6 * fabs((double)ref[i]) + 1e-30;
+                if (!ok && bad++ < 3)
+                    fprintf(stderr, "  %s swiglu len %zu [%zu]: g %g u %g: %.9g vs ref %.9g\n",
+                            cpu_isa_name((enum cpu_isa)isa), len, i, g[i], u[i], got[i], ref[i]);
+            }
+        }
+        T_CHECK(bad == 0, "%s swiglu_row: %d values off the reference", cpu_isa_name((enum cpu_isa)isa), bad);
+    }
+    float one = 2.0f, uu = 3.0f; /* silu(2) * 3 = 2 / (1 + e^-2) * 3 */
+    cpu_swiglu_row_ref(&one, &uu, 1);
+    T_CHECK(fabs(one - 6.0 / (1.0 + exp(-2.0))) < 1e-6, "swiglu reference: %g", one);
+    free(g), free(u), free(got), free(ref);
+}
+
 /* argmax and find_nonfinite equal their scalar references on every ISA: rows of every length up to
  * 70 and a vocabulary's, with the maximum or a NaN / infinity at the start, in the middle, in the
  * tail or nowhere, ties (the lowest index wins), NaNs around the maximum, and rows all -inf / NaN. */
@@ -687,6 +725,7 @@ int main(void)
     test_bf16();
     test_rows(max_isa);
     test_scans(max_isa);
+    test_swiglu(max_isa);
     test_quantize_q8_0(max_isa);
     test_q4_0_layout(max_isa);
     for (int isa = 0; isa <= (int)max_isa; isa++) {
