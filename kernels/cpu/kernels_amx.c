@@ -348,42 +348,52 @@ static void config_int8_small(int tp)
     struct amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int i = 0; i < 2; i++) c.rows[i] = 16, c.colsb[i] = (uint16_t)(4 * tp);
+    for (int i = 0; i < 4; i++) c.rows[i] = 16, c.colsb[i] = (uint16_t)(4 * tp);
     for (int i = 4; i < 6; i++) c.rows[i] = 16, c.colsb[i] = 32;
     for (int i = 6; i < 8; i++) c.rows[i] = 8, c.colsb[i] = (uint16_t)(4 * tp);
     _tile_loadconfig(&c);
 }
 
-/* Packs the n_tok (<= tp) tokens' blocks [b0, b0 + nb); tokens n_tok..tp-1 are zeros. */
+/* Packs the n_tok (<= tp) tokens' blocks [b0, b0 + nb); tokens n_tok..tp-1 are zeros. Gathers
+ * across the tokens' rows: one vector holds 16 / tp quad rows of the B tile. */
 static void pack_act_small(int q8k, int need_sum, const unsigned char *a, size_t arb, size_t n_tok, int tp,
                            size_t b0, size_t nb, struct act_small *o)
 {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i tok = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
+    const __mmask16 live_q = _mm512_cmplt_epi32_mask(tok, _mm512_set1_epi32((int)n_tok));
+    const __mmask16 live = _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32((int)n_tok));
+    const __m512i rows = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)arb)); /* token l's row */
+    /* lane l of vector v: token l % tp, quad (16 / tp) v + l / tp */
+    const __m512i quad0 = _mm512_add_epi32(_mm512_mullo_epi32(tok, _mm512_set1_epi32((int)arb)),
+                                           _mm512_slli_epi32(_mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2), 2));
+    const int vecs = tp / 2; /* 8 quads x tp tokens / 16 lanes */
     for (size_t b = 0; b < nb; b++) {
         const size_t blk = b0 + b;
-        uint32_t *x = (uint32_t *)(void *)(o->x + 32 * (size_t)tp * b);
-        for (size_t j = 0; j < 16; j++) {
-            float d = 0.0f;
-            int sum = 0;
-            uint32_t q[8] = {0};
-            if (j < n_tok) {
-                const unsigned char *row = a + j * arb, *pq;
-                if (q8k) {
-                    const unsigned char *sbp = row + (blk / 8) * QUANTS_Q8_K_BYTES;
-                    int16_t bs[2];
-                    memcpy(bs, sbp + 4 + QUANTS_QK_K + 4 * (blk % 8), sizeof bs);
-                    d = ld_s(sbp), pq = sbp + 4 + 32 * (blk % 8), sum = bs[0] + bs[1];
-                } else {
-                    d = ld_h(row + blk * CPU_Q8_0_BYTES), pq = row + blk * CPU_Q8_0_BYTES + 2;
-                    if (need_sum)
-                        for (int i = 0; i < 32; i++) sum += (int8_t)pq[i];
-                }
-                memcpy(q, pq, sizeof q);
-            }
-            if (j < (size_t)tp)
-                for (int k = 0; k < 8; k++) x[(size_t)tp * k + j] = q[k]; /* quad k of token j */
-            o->d[b][j] = d;
-            o->ds[b][j] = d * (float)sum;
+        size_t qo, dof; /* the block's quants and scale within a row */
+        if (q8k) dof = (blk / 8) * QUANTS_Q8_K_BYTES, qo = dof + 4 + 32 * (blk % 8);
+        else dof = blk * CPU_Q8_0_BYTES, qo = dof + 2;
+        int8_t *x = o->x + 32 * (size_t)tp * b;
+        for (int v = 0; v < vecs; v++) {
+            const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live_q, quad0, a + qo + 4 * (16 / tp) * v, 1);
+            _mm512_store_si512((void *)(x + 64 * v), g);
         }
+        const __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, rows, a + dof, 1);
+        const __m512 d = q8k ? _mm512_castsi512_ps(dw) : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+        _mm512_store_ps(o->d[b], d);
+        if (!need_sum) continue;
+        __m512i sum;
+        if (q8k) { /* the two 16-weight sums of the block, as int16 halves of a dword */
+            const __m512i bs = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, rows,
+                                                           a + (blk / 8) * QUANTS_Q8_K_BYTES + 4 + QUANTS_QK_K + 4 * (blk % 8), 1);
+            sum = _mm512_add_epi32(_mm512_srai_epi32(_mm512_slli_epi32(bs, 16), 16), _mm512_srai_epi32(bs, 16));
+        } else {
+            _Alignas(64) int32_t s[16] = {0};
+            for (size_t j = 0; j < n_tok; j++)
+                for (int i = 0; i < 32; i++) s[j] += (int8_t)a[j * arb + qo + (size_t)i];
+            sum = _mm512_load_si512((const void *)s);
+        }
+        _mm512_store_ps(o->ds[b], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum)));
     }
 }
 
@@ -438,26 +448,39 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
     const __m512i toki = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
     for (int k = 0; k < tp; k++)
         rowi[k] = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * k), _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2));
-    for (size_t b = 0; b < nb; b += 2) {
-        if (pf->rows) prefetch_step(pf, xb0 + b);
-        _tile_loadd(4, p->a + b * p->step, p->stride);
-        _tile_loadd(6, x->x + 32 * tp * (xb0 + b), 4 * tp);
-        _tile_zero(0);
-        _tile_dpbssd(0, 4, 6);
-        if (b + 1 < nb) {
-            _tile_loadd(5, p->a + (b + 1) * p->step, p->stride);
-            _tile_loadd(7, x->x + 32 * tp * (xb0 + b + 1), 4 * tp);
-            _tile_zero(1);
-            _tile_dpbssd(1, 5, 7);
-        }
-        _tile_stored(0, c0, 4 * tp);
-        scale_small(c0, p, x, xb0 + b, b, mins, tp, rowi, toki, acc);
-        if (b + 1 < nb && pf->rows) prefetch_step(pf, xb0 + b + 1);
-        if (b + 1 < nb) {
-            _tile_stored(1, c1, 4 * tp);
-            scale_small(c1, p, x, xb0 + b + 1, b + 1, mins, tp, rowi, toki, acc);
-        }
+    /* blocks b, b + 1 go into C0, C1 and b + 2, b + 3 into C2, C3: a pair's products are issued
+     * before the previous pair's sums are stored and scaled */
+#define SMALL_ISSUE(C, A, B, blk)                                          \
+    do {                                                                   \
+        if ((blk) < nb) {                                                  \
+            _tile_loadd(A, p->a + (blk) * p->step, p->stride);             \
+            _tile_loadd(B, x->x + 32 * tp * (xb0 + (blk)), 4 * tp);        \
+            _tile_zero(C);                                                 \
+            _tile_dpbssd(C, A, B);                                         \
+        }                                                                  \
+    } while (0)
+#define SMALL_SCALE(C, buf, blk)                                                    \
+    do {                                                                            \
+        if ((blk) < nb) {                                                           \
+            if (pf->rows) prefetch_step(pf, xb0 + (blk));                           \
+            _tile_stored(C, buf, 4 * tp);                                           \
+            scale_small(buf, p, x, xb0 + (blk), blk, mins, tp, rowi, toki, acc);    \
+        }                                                                           \
+    } while (0)
+    SMALL_ISSUE(0, 4, 6, 0);
+    SMALL_ISSUE(1, 5, 7, 1);
+    for (size_t b = 0; b < nb; b += 4) {
+        SMALL_ISSUE(2, 4, 6, b + 2);
+        SMALL_ISSUE(3, 5, 7, b + 3);
+        SMALL_SCALE(0, c0, b);
+        SMALL_SCALE(1, c1, b + 1);
+        SMALL_ISSUE(0, 4, 6, b + 4);
+        SMALL_ISSUE(1, 5, 7, b + 5);
+        SMALL_SCALE(2, c0, b + 2);
+        SMALL_SCALE(3, c1, b + 3);
     }
+#undef SMALL_ISSUE
+#undef SMALL_SCALE
 }
 
 /* acc (dense 16 rows x tp tokens): y[token * ys + row] = (add ? y : 0) + sum, for R rows, T tokens */
