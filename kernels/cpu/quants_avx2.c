@@ -486,10 +486,9 @@ static inline __attribute__((always_inline)) __m512 q4_quad(const unsigned char 
     raw = _mm512_inserti32x4(raw, loadu128(pw + 2 * CPU_Q4_0_BYTES + 2), 2);
     raw = _mm512_inserti32x4(raw, loadu128(pw + 3 * CPU_Q4_0_BYTES + 2), 3);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)m->lo[2 * q])),
-                                          _mm256_load_si256((const __m256i *)(const void *)m->lo[2 * q + 1]), 1);
-    const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(const void *)m->hi[2 * q])),
-                                          _mm256_load_si256((const __m256i *)(const void *)m->hi[2 * q + 1]), 1);
+    /* pairs 2q and 2q + 1 lie next to each other: one load each */
+    const __m512i lo = _mm512_loadu_si512((const void *)m->lo[2 * q]);
+    const __m512i hi = _mm512_loadu_si512((const void *)m->hi[2 * q]);
     __m512i isum = _mm512_loadu_si512((const void *)m->init[2 * q]);
     isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(raw, m4), lo);
     isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), hi);
