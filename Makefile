@@ -87,6 +87,13 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The tuner's cache is valid for the kernels it timed: cpu_tune.c gets a hash of their sources and
+# the variant, and is rebuilt when any of them changes.
+KERNEL_SRCS := $(sort $(wildcard kernels/cpu/*.c kernels/cpu/*.h))
+KERNELS_ID  := $(VARIANT)-$(shell cat $(KERNEL_SRCS) | md5sum | cut -c1-12)
+$(BUILD)/obj/kernels/cpu/cpu_tune.o: CPPFLAGS += -DATTND_KERNELS_ID='"$(KERNELS_ID)"'
+$(BUILD)/obj/kernels/cpu/cpu_tune.o: $(KERNEL_SRCS)
+
 $(WEB_GEN): tools/embed.sh $(WEB_FILES) web
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh $@ $(WEB_FILES)

@@ -13,7 +13,13 @@
 #include "attnd/check.h"
 #include "attnd/log.h"
 
-#define TUNE_MAGIC "attnd-cpu-tune 3" /* bump when a kernel changes enough to void old times */
+/* The kernels' build: the Makefile passes a hash of kernels/cpu's sources and the build variant, so
+ * a rebuild with changed kernels (or an ASan build beside a release one) measures again instead of
+ * trusting times taken of other code. */
+#ifndef ATTND_KERNELS_ID
+#define ATTND_KERNELS_ID "unknown"
+#endif
+#define TUNE_MAGIC "attnd-cpu-tune 4 " ATTND_KERNELS_ID
 #define TUNE_N 2048                   /* row length: a multiple of every block size */
 #define TUNE_W_BYTES (24u << 20)      /* weights: more than most last-level cache slices */
 #define TUNE_MAX_TOK 64
@@ -206,7 +212,7 @@ static int cache_read(const char *path)
     if (!fgets(line, sizeof line, f) || strcmp(line, TUNE_MAGIC "\n") || !fgets(line, sizeof line, f) ||
         strcmp(line, want)) {
         fclose(f);
-        log_info("cpu tune: %s is for another CPU or version; measuring again", path);
+        log_info("cpu tune: %s is for another CPU, version or build of the kernels; measuring again", path);
         return 0;
     }
     while (fgets(line, sizeof line, f)) {

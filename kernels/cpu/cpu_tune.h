@@ -9,9 +9,10 @@
  * (a few hundred milliseconds per type); the user may delete it at any time.
  *
  * Cache: $ATTND_TUNE_CACHE if set (empty: no cache), else $XDG_CACHE_HOME/attnd/, else
- * ~/.cache/attnd/, file cpu-tune-<cpu>.tsv. Text: a header line "attnd-cpu-tune 1", a line
- * "cpu\t<model name>\t<isa>", then "family\ttype\tvariant\tns" lines (ns per row and token).
- * A file whose header or cpu line differ is ignored and rewritten. $ATTND_TUNE=0 keeps the rules.
+ * ~/.cache/attnd/, file cpu-tune-<cpu>.tsv. Text: a header line "attnd-cpu-tune 4 <kernels id>"
+ * (a hash of the kernel sources and the build variant), a line "cpu\t<model name>\t<isa>", then
+ * "family\ttype\tvariant\tns" lines (ns per row and token). A file whose header or cpu line differ
+ * (another CPU, format or build of the kernels) is ignored and rewritten. $ATTND_TUNE=0 keeps the rules.
  * Not thread-safe against itself: call it from one thread (the engine does, at load). */
 #ifndef ATTND_CPU_TUNE_H
 #define ATTND_CPU_TUNE_H

@@ -73,7 +73,9 @@ int main(void)
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "first tune measures");
     check_choices("measured");
     const char *file = slurp(path);
-    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 3\ncpu\t", 21), "cache header: %.40s", file ? file : "(none)");
+    T_CHECK(file && !strncmp(file, "attnd-cpu-tune 4 ", 17) && strstr(file, "\ncpu\t") == strchr(file, '\n'),
+            "cache header: %.60s", file ? file : "(none)");
+    const char *cpu_line = file ? strchr(file, '\n') + 1 : "";
     int lines = 0;
     for (const char *p = file; p && *p; p++) lines += *p == '\n';
     int want = 2;
@@ -116,12 +118,24 @@ int main(void)
     }
 
     /* 4. a file for another CPU is ignored and rewritten */
-    spit(path, "attnd-cpu-tune 3\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
+    spit(path, "attnd-cpu-tune 4 x\ncpu\tSome Other CPU\tavx2\nmatvec\tq8_0\tscalar\t0.0001\n");
     cpu_tune_forget();
     T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "another CPU's file: measured again");
     check_choices("remeasured");
     file = slurp(path);
     T_CHECK(file && !strstr(file, "Some Other CPU"), "the file is rewritten for this CPU");
+
+    /* 4b. a file for this CPU written by another build of the kernels is measured again too */
+    char *other = malloc(strlen(cpu_line) + 64);
+    snprintf(other, strlen(cpu_line) + 64, "attnd-cpu-tune 4 release-000000000000\n%.*s",
+             (int)(strchr(cpu_line, '\n') - cpu_line + 1), cpu_line);
+    strcat(other, "matvec\tq8_0\tscalar\t0.0001\n");
+    spit(path, other);
+    cpu_tune_forget();
+    T_CHECK(cpu_tune(k_types, N_TYPES, path) == CPU_TUNE_MEASURED, "another build's file: measured again");
+    T_CHECK(cpu_kernels_choice(CPU_FAM_MATVEC, TENSOR_Q8_0) != CPU_VAR_SCALAR || cpu_kernels_max_isa() == CPU_ISA_SCALAR,
+            "another build's times are not used");
+    free(other);
 
     /* 5. ATTND_TUNE=0: the rules */
     cpu_tune_forget();
