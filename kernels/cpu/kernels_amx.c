@@ -66,6 +66,7 @@ static void config_int8(void)
         c.rows[i] = 16, c.colsb[i] = 64;
         c.rows[2 + i] = 16, c.colsb[2 + i] = 32;
         c.rows[4 + i] = 8, c.colsb[4 + i] = 64;
+        c.rows[6 + i] = 16, c.colsb[6 + i] = 64;
     }
     _tile_loadconfig(&c);
 }
@@ -298,29 +299,36 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
 {
     _Alignas(64) int32_t c0[16][16], c1[16][16];
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    size_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        _tile_loadd(2, p->a + b * p->step, p->stride);
-        _tile_loadd(4, x->x[b], 64);
-        _tile_zero(0);
-        _tile_dpbssd(0, 2, 4);
-        _tile_loadd(3, p->a + (b + 1) * p->step, p->stride);
-        _tile_loadd(5, x->x[b + 1], 64);
-        _tile_zero(1);
-        _tile_dpbssd(1, 3, 5);
-        _tile_stored(0, c0, 64);
-        _tile_stored(1, c1, 64);
-        scale_block((const int32_t(*)[16])c0, p, x, b, mins, acc);
-        scale_block((const int32_t(*)[16])c1, p, x, b + 1, mins, acc);
+#define BIG_ISSUE(C, A, B, blk)                                  \
+    do {                                                         \
+        if ((blk) < nb) {                                        \
+            _tile_loadd(A, p->a + (blk) * p->step, p->stride);   \
+            _tile_loadd(B, x->x[blk], 64);                       \
+            _tile_zero(C);                                       \
+            _tile_dpbssd(C, A, B);                               \
+        }                                                        \
+    } while (0)
+#define BIG_SCALE(C, buf, blk)                                                  \
+    do {                                                                        \
+        if ((blk) < nb) {                                                       \
+            _tile_stored(C, buf, 64);                                           \
+            scale_block((const int32_t(*)[16])buf, p, x, blk, mins, acc);       \
+        }                                                                       \
+    } while (0)
+    BIG_ISSUE(0, 2, 4, 0);
+    BIG_ISSUE(1, 3, 5, 1);
+    for (size_t b = 0; b < nb; b += 4) {
+        BIG_ISSUE(6, 2, 4, b + 2);
+        BIG_ISSUE(7, 3, 5, b + 3);
+        BIG_SCALE(0, c0, b);
+        BIG_SCALE(1, c1, b + 1);
+        BIG_ISSUE(0, 2, 4, b + 4);
+        BIG_ISSUE(1, 3, 5, b + 5);
+        BIG_SCALE(6, c0, b + 2);
+        BIG_SCALE(7, c1, b + 3);
     }
-    if (b < nb) {
-        _tile_loadd(2, p->a + b * p->step, p->stride);
-        _tile_loadd(4, x->x[b], 64);
-        _tile_zero(0);
-        _tile_dpbssd(0, 2, 4);
-        _tile_stored(0, c0, 64);
-        scale_block((const int32_t(*)[16])c0, p, x, b, mins, acc);
-    }
+#undef BIG_ISSUE
+#undef BIG_SCALE
 }
 
 /* ---- small batches (at most 16 tokens: batched decoding) ----
