@@ -101,6 +101,15 @@ static attnd_status private_cache_create(struct fwd_ctx *c, const struct fwd_opt
 }
 
 /* θ_i divisors of RoPE: base^(-2i/n_rot), divided by rope_freqs[i] where the model has them. */
+void fwd_rope_row(const double *inv_freq, size_t half, int pos, float *cs)
+{
+    for (size_t j = 0; j < half; j++) {
+        const double th = (double)pos * inv_freq[j];
+        cs[2 * j] = (float)cos(th);
+        cs[2 * j + 1] = (float)sin(th);
+    }
+}
+
 static attnd_status rope_freqs_create(struct fwd_ctx *c)
 {
     const struct model_hparams *hp = &c->m->hp;

@@ -52,6 +52,11 @@ struct fwd_backend_cfg {
                                      caller keeps them alive as long as the state */
 };
 
+/* One token's RoPE rotations: cs[2j], cs[2j + 1] = cos, sin of pos * inv_freq[j] for j < half
+ * (computed in double, as the reference's float64 evaluation). Each backend fills one row per token
+ * of a step, once for all the layers. */
+void fwd_rope_row(const double *inv_freq, size_t half, int pos, float *cs);
+
 struct fwd_backend_ops {
     const char *name; /* "cpu", "vulkan" */
     /* Makes a state for m (which outlives it). On failure *out is NULL and why (why_n bytes)

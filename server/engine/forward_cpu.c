@@ -46,6 +46,7 @@ struct fwd_cpu {
     float *att;    /* (B, nq) attention output */
     float *gate;   /* (B, ff) */
     float *up;     /* (B, ff) */
+    float *rope_cs; /* (B, n_rot / 2, 2) each token's RoPE cos and sin, for every layer of a step */
     void *prep;    /* (B, prepared row of max(d, ff, nq)) */
     size_t prep_row_max;
     struct fa2_seq *fseqs; /* (B) at most one per token */
@@ -74,6 +75,7 @@ static void cpu_destroy(void *state)
     free(c->att);
     free(c->gate);
     free(c->up);
+    free(c->rope_cs);
     free(c->prep);
     free(c->fseqs);
     free(c->fa2_scratch);
@@ -125,11 +127,12 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
     c->att = malloc(B * nq * sizeof(float));
     c->gate = malloc(B * ff * sizeof(float));
     c->up = malloc(B * ff * sizeof(float));
+    c->rope_cs = malloc((B * (size_t)(hp->n_rot / 2) * 2 + 1) * sizeof(float));
     /* a prepared row is at most 4 bytes per element (f32) */
     c->prep_row_max = max3(d, ff, nq) * sizeof(float);
     c->prep = malloc(B * c->prep_row_max);
     c->fseqs = malloc(B * sizeof *c->fseqs);
-    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->prep || !c->fseqs))
+    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->fseqs))
         st = ATTND_ERR_NOMEM;
     if (st) {
         snprintf(why, why_n, "CPU backend: %s", attnd_status_str(st));
@@ -302,20 +305,20 @@ static void head_norm(const struct fwd_cpu *c, float *v, int n_heads, const floa
     for (int h = 0; h < n_heads; h++) rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, w, hd, c->m->hp.rms_eps);
 }
 
-/* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) at position pos. */
-static void rope(const struct fwd_cpu *c, float *v, int n_heads, int pos)
+/* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) by the token's cos/sin
+ * pairs cs (fwd_rope_row). */
+static void rope(const struct fwd_cpu *c, float *v, int n_heads, const float *cs)
 {
     const struct model_hparams *hp = &c->m->hp;
     int half = hp->n_rot / 2;
     for (int i = 0; i < half; i++) {
-        double th = (double)pos * c->rope_inv_freq[i];
-        float cs = (float)cos(th), sn = (float)sin(th);
+        const float cs_i = cs[2 * i], sn = cs[2 * i + 1];
         for (int h = 0; h < n_heads; h++) {
             float *p = v + (size_t)h * hp->head_dim;
             int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
             float x0 = p[a], x1 = p[b];
-            p[a] = x0 * cs - x1 * sn;
-            p[b] = x0 * sn + x1 * cs;
+            p[a] = x0 * cs_i - x1 * sn;
+            p[b] = x0 * sn + x1 * cs_i;
         }
     }
 }
@@ -350,6 +353,8 @@ static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, st
         c->fa2_scratch_n = need;
     }
     fa->scratch = c->fa2_scratch;
+    const size_t half = (size_t)hp->n_rot / 2;
+    for (int t = 0; t < s->n_tokens; t++) fwd_rope_row(c->rope_inv_freq, half, s->pos[t], c->rope_cs + (size_t)t * half * 2);
     if (s->n_seqs > 1 && s->n_logit_rows > c->logit_rows) {
         float *nl = realloc(c->logits, s->n_logit_rows * V * sizeof(float));
         if (nl) c->logits = nl;
@@ -411,8 +416,9 @@ static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
         for (int k = 0; k < s->seqs[i].n; k++, t++) {
             head_norm(c, c->q + (size_t)t * nq, hp->n_head, c->m->layers[l].q_norm);
             head_norm(c, c->k + (size_t)t * nkv, hp->n_head_kv, c->m->layers[l].k_norm);
-            rope(c, c->q + (size_t)t * nq, hp->n_head, s->pos[t]);
-            rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, s->pos[t]);
+            const float *cs = c->rope_cs + (size_t)t * (size_t)(hp->n_rot / 2) * 2;
+            rope(c, c->q + (size_t)t * nq, hp->n_head, cs);
+            rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, cs);
             kv_write(s->seqs[i].kv, l, (size_t)s->pos[t], c->k + (size_t)t * nkv, c->v + (size_t)t * nkv);
             if (pr->q && l == pr->layer)
                 memcpy(pr->q + (size_t)s->pos[t] * nq, c->q + (size_t)t * nq, nq * sizeof(float));

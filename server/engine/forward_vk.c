@@ -599,11 +599,7 @@ static void fill_tables(struct vkf *v, const struct fwd_step *s, size_t *n_rows,
             ih[IDX_IDENT(B) + (size_t)t] = t;
             if (q->logits && k >= first) ih[IDX_ROWS(B) + (*n_rows)++] = t;
             if (s->probe->resid && pos[t] == s->probe->resid_pos) *resid_row = t;
-            for (size_t j = 0; j < half; j++) {
-                const double th = (double)pos[t] * v->inv_freq[j];
-                v->cs_host[((size_t)t * half + j) * 2] = (float)cos(th);
-                v->cs_host[((size_t)t * half + j) * 2 + 1] = (float)sin(th);
-            }
+            fwd_rope_row(v->inv_freq, half, pos[t], v->cs_host + (size_t)t * half * 2);
         }
     }
     ih[IDX_RESID(B)] = *resid_row;
