@@ -70,6 +70,9 @@ struct model {
     uint64_t load_bytes;
 };
 
+/* The hyperparameters of an open GGUF file's model (what model_load checks first), without its
+ * tensors. */
+attnd_status model_read_hparams(const struct gguf *g, struct model_hparams *hp, char *err, size_t errlen);
 /* Loads path. On failure returns a status, *out stays NULL and err names what is wrong
  * (the file, the key or the tensor). Logs the load path, time and MB/s. */
 attnd_status model_load(const char *path, struct model **out, char *err, size_t errlen);

@@ -12,7 +12,9 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef void (*fa2_job_fn)(const struct fa2_job *j);
 
@@ -288,20 +290,128 @@ static void run_with(const struct fa2_args *a, int ith, int nth, fa2_job_fn fn, 
     walk_all(&w);
 }
 
-static fa2_job_fn pick_job(const struct fa2_args *a)
+/* ================================================================ variants and their choice */
+
+static const fa2_job_fn g_jobs[FA2_N_VARIANTS] = {scalar_job, fa2_avx2_job, fa2_avx512_job};
+static const char *const g_var_names[FA2_N_VARIANTS] = {"scalar", "avx2", "avx512"};
+/* the measured choice per head size: variant + 1, 0 for none */
+static atomic_uchar g_choice[FA2_MAX_HEAD_DIM + 1];
+
+const char *fa2_variant_str(enum fa2_variant v) { return (unsigned)v < FA2_N_VARIANTS ? g_var_names[v] : "unknown"; }
+
+int fa2_variant_available(enum fa2_variant v, int head_dim)
 {
-    switch (cpu_kernels_init()) {
-    case CPU_ISA_AMX: case CPU_ISA_AVX512: return fa2_avx512_job;
-    case CPU_ISA_AVX2: return a->head_dim % 8 == 0 ? fa2_avx2_job : scalar_job;
-    case CPU_ISA_SCALAR: break;
+    const enum cpu_isa isa = cpu_kernels_init();
+    switch (v) {
+    case FA2_VAR_SCALAR: return 1;
+    case FA2_VAR_AVX2: return isa >= CPU_ISA_AVX2 && head_dim % 8 == 0;
+    case FA2_VAR_AVX512: return isa >= CPU_ISA_AVX512;
+    case FA2_N_VARIANTS: break;
     }
-    return scalar_job;
+    return 0;
 }
 
-const char *fa2_variant_name(int head_dim)
+/* The rule: the widest the ISA cap allows (AVX2 needs head_dim % 8 == 0). */
+static enum fa2_variant rule(int head_dim)
 {
-    const fa2_job_fn f = pick_job(&(struct fa2_args){.head_dim = head_dim});
-    return f == fa2_avx512_job ? "avx512" : f == fa2_avx2_job ? "avx2" : "scalar";
+    if (fa2_variant_available(FA2_VAR_AVX512, head_dim)) return FA2_VAR_AVX512;
+    if (fa2_variant_available(FA2_VAR_AVX2, head_dim)) return FA2_VAR_AVX2;
+    return FA2_VAR_SCALAR;
+}
+
+enum fa2_variant fa2_variant_of(int head_dim)
+{
+    if (head_dim >= 1 && head_dim <= FA2_MAX_HEAD_DIM) {
+        const int c = atomic_load_explicit(&g_choice[head_dim], memory_order_relaxed);
+        if (c && fa2_variant_available((enum fa2_variant)(c - 1), head_dim)) return (enum fa2_variant)(c - 1);
+    }
+    return rule(head_dim);
+}
+
+static fa2_job_fn pick_job(const struct fa2_args *a) { return g_jobs[fa2_variant_of(a->head_dim)]; }
+
+const char *fa2_variant_name(int head_dim) { return g_var_names[fa2_variant_of(head_dim)]; }
+
+void fa2_forget(void)
+{
+    for (int d = 0; d <= FA2_MAX_HEAD_DIM; d++) atomic_store(&g_choice[d], 0);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Best of 5 single-thread runs of fn over a, in seconds. */
+static double time_job(const struct fa2_args *a, fa2_job_fn fn)
+{
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = now_s();
+        run_with(a, 0, 1, fn, NULL);
+        const double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+#define TUNE_PREFILL 64 /* query tokens of the prefill problem */
+#define TUNE_CTX 512    /* keys of the decode problem */
+
+enum fa2_variant fa2_tune(int head_dim, int n_head, int n_head_kv)
+{
+    if (head_dim < 1 || head_dim > FA2_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv ||
+        atomic_load(&g_choice[head_dim]))
+        return fa2_variant_of(head_dim);
+    /* a pool of F16 keys and values with small pseudo-random values, a prefill of TUNE_PREFILL
+     * tokens from position 0 and a decode token at position TUNE_CTX - 1 */
+    const int n_blocks = TUNE_CTX / FA2_BLOCK;
+    const size_t pool = (size_t)n_blocks * (size_t)n_head_kv * FA2_BLOCK * (size_t)head_dim;
+    uint16_t *kv = malloc(2 * pool * sizeof(uint16_t));
+    float *q = malloc((size_t)TUNE_PREFILL * (size_t)n_head * (size_t)head_dim * sizeof(float));
+    float *out = malloc((size_t)TUNE_PREFILL * (size_t)n_head * (size_t)head_dim * sizeof(float));
+    int32_t *table = malloc((size_t)n_blocks * sizeof(int32_t));
+    if (!kv || !q || !out || !table) {
+        free(kv), free(q), free(out), free(table);
+        return fa2_variant_of(head_dim);
+    }
+    uint32_t x = 12345;
+    for (size_t i = 0; i < 2 * pool; i++) {
+        x = x * 1664525u + 1013904223u;
+        kv[i] = cpu_f32_to_f16((float)(x >> 8) / 16777216.0f - 0.5f);
+    }
+    for (size_t i = 0; i < (size_t)TUNE_PREFILL * (size_t)n_head * (size_t)head_dim; i++) {
+        x = x * 1664525u + 1013904223u;
+        q[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+    }
+    for (int b = 0; b < n_blocks; b++) table[b] = b;
+    struct fa2_seq prefill = {.q = q, .out = out, .n_q = TUNE_PREFILL, .pos0 = 0, .block_table = table};
+    struct fa2_seq decode = {.q = q, .out = out, .n_q = 1, .pos0 = TUNE_CTX - 1, .block_table = table};
+    struct fa2_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .kv_type = TENSOR_F16,
+                         .k = kv, .v = kv + pool, .n_blocks = n_blocks, .scale = 1.0f / sqrtf((float)head_dim),
+                         .n_split = 1};
+    double t[FA2_N_VARIANTS][2], best[2] = {1e30, 1e30};
+    for (int v = 0; v < FA2_N_VARIANTS; v++) {
+        if (!fa2_variant_available((enum fa2_variant)v, head_dim)) continue;
+        for (int k = 0; k < 2; k++) {
+            a.seqs = k ? &decode : &prefill, a.n_seqs = 1;
+            t[v][k] = time_job(&a, g_jobs[v]);
+            if (t[v][k] < best[k]) best[k] = t[v][k];
+        }
+    }
+    /* the least of prefill and decode time, each relative to its fastest variant */
+    enum fa2_variant pick = rule(head_dim);
+    double pick_cost = 1e30;
+    for (int v = 0; v < FA2_N_VARIANTS; v++) {
+        if (!fa2_variant_available((enum fa2_variant)v, head_dim)) continue;
+        const double cost = t[v][0] / best[0] + t[v][1] / best[1];
+        if (cost < pick_cost) pick_cost = cost, pick = (enum fa2_variant)v;
+    }
+    atomic_store(&g_choice[head_dim], (unsigned char)(pick + 1));
+    free(kv), free(q), free(out), free(table);
+    return pick;
 }
 
 /* Thread ith's share of the batch with the selected ISA's kernel. */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "attnd/gguf.h"
+#include "attnd/model.h"
 #include "attnd/tensor.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_tune.h"
@@ -257,8 +258,16 @@ static int print_cpu(const struct gguf *g)
            cpu_isa_name(cpu_kernels_max_isa()));
     printf("kernels chosen by: %s%s%s\n", cpu_tune_source_name(src), cpu_tune_cache_path()[0] ? ", cache " : "",
            cpu_tune_cache_path());
-    printf("attention (fa2): %s for head sizes that are multiples of 8, %s otherwise\n", fa2_variant_name(64),
-           fa2_variant_name(60));
+    struct model_hparams hp;
+    char why[256];
+    if (g && src != CPU_TUNE_RULES && model_read_hparams(g, &hp, why, sizeof why) == ATTND_OK) {
+        const enum fa2_variant v = fa2_tune(hp.head_dim, hp.n_head, hp.n_head_kv);
+        printf("attention (fa2): %s, measured for this model's heads (size %d, %d query / %d KV heads)\n",
+               fa2_variant_str(v), hp.head_dim, hp.n_head, hp.n_head_kv);
+    } else {
+        printf("attention (fa2), by rule: %s for head sizes that are multiples of 8, %s otherwise\n",
+               fa2_variant_name(64), fa2_variant_name(60));
+    }
     printf("\n%-8s %-7s %-11s", "type", "family", "chosen");
     for (int v = 0; v < CPU_N_VARIANTS; v++) printf(" %11s", cpu_variant_name((enum cpu_variant)v));
     printf("   (ns per row and token, %d-element rows)\n", 2048);

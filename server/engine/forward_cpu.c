@@ -100,7 +100,8 @@ static void tune_kernels(struct fwd_cpu *c, const struct model *m)
         const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) add_type(c, ws[i]->type);
     }
-    cpu_tune(c->types, c->n_types, NULL);
+    const enum cpu_tune_source src = cpu_tune(c->types, c->n_types, NULL);
+    if (src != CPU_TUNE_RULES) fa2_tune(m->hp.head_dim, m->hp.n_head, m->hp.n_head_kv);
 }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }

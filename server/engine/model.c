@@ -70,7 +70,7 @@ static attnd_status hp_float(const struct gguf *g, const char *arch, const char 
     return ATTND_OK;
 }
 
-static attnd_status read_hparams(const struct gguf *g, struct model_hparams *hp, char *err, size_t errlen)
+attnd_status model_read_hparams(const struct gguf *g, struct model_hparams *hp, char *err, size_t errlen)
 {
     struct gguf_str a;
     if (gguf_get_str(g, "general.architecture", &a) != ATTND_OK)
@@ -279,7 +279,7 @@ attnd_status model_load_gguf(const char *path, struct gguf *g, struct model **ou
         return errf(err, errlen, ATTND_ERR_NOMEM, "out of memory");
     }
     m->gguf = g;
-    attnd_status st = read_hparams(g, &m->hp, err, errlen);
+    attnd_status st = model_read_hparams(g, &m->hp, err, errlen);
     if (st) goto fail;
 
     const struct gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");

@@ -216,6 +216,29 @@ static void test_scratch_size(void)
     T_CHECK(fa2_scratch_floats(&a) == 3 * 8 * 66, "split 8 capped at 3 blocks: %zu", fa2_scratch_floats(&a));
 }
 
+/* The measured choice: fa2_tune picks an available variant and fa2_run then uses it; an ISA cap
+ * below it falls back to the rule; fa2_forget restores the rule. The variants' results are the
+ * ISA loops' concern above (each against fa2_ref). */
+static void test_tune_choice(void)
+{
+    fa2_forget();
+    const enum fa2_variant rule64 = fa2_variant_of(64);
+    T_CHECK(rule64 == (g_max_isa >= CPU_ISA_AVX512 ? FA2_VAR_AVX512 : g_max_isa >= CPU_ISA_AVX2 ? FA2_VAR_AVX2 : FA2_VAR_SCALAR),
+            "rule for head 64: %s", fa2_variant_str(rule64));
+    T_CHECK(fa2_variant_of(60) != FA2_VAR_AVX2, "avx2 never for a head size not a multiple of 8");
+    const enum fa2_variant v = fa2_tune(64, 8, 2);
+    T_CHECK(fa2_variant_available(v, 64), "tuned variant %s is available", fa2_variant_str(v));
+    T_CHECK(fa2_variant_of(64) == v && !strcmp(fa2_variant_name(64), fa2_variant_str(v)), "fa2_run uses the choice");
+    T_CHECK(fa2_tune(64, 8, 2) == v, "a second tune keeps the first choice");
+    T_CHECK(fa2_tune(0, 8, 2) == fa2_variant_of(0) && fa2_tune(64, 8, 3) == v, "bad shapes: no measurement");
+    cpu_kernels_set_isa(CPU_ISA_SCALAR);
+    T_CHECK(fa2_variant_of(64) == FA2_VAR_SCALAR, "the ISA cap wins over the choice");
+    cpu_kernels_set_isa(g_max_isa);
+    fa2_forget();
+    T_CHECK(fa2_variant_of(64) == rule64, "forget: the rule again");
+    T_CHECK(!strcmp(fa2_variant_str((enum fa2_variant)9), "unknown"), "names");
+}
+
 int main(void)
 {
     g_max_isa = cpu_kernels_set_isa(CPU_ISA_AMX);
@@ -231,6 +254,7 @@ int main(void)
     test_decode_splits();
     test_odd_dims();
     test_gqa4();
+    test_tune_choice();
     for (int t = 1; t <= 3; t++) tpool_destroy(g_pools[t]);
     return t_finish("test_fa2");
 }
