@@ -411,11 +411,14 @@ INLINE void scale_small(const int32_t *c, const struct panel8 *p, const struct a
                         int mins, int tp, const __m512i rowi[16], __m512i toki, __m512 acc[16])
 {
     const __m512 da = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->d[xb]));
-    if (tp == 16) { /* a row a vector: its scale broadcast from memory, no permute (the scales are decoded) */
+    if (tp == 16) { /* a row a vector: its scale broadcast from memory, no permute */
+        _Alignas(64) float sw[16];
+        const float *s = p->s[b];
+        if (p->sw) _mm512_store_ps(sw, q8_0_scales(p->sw + b * p->step, p->stride)), s = sw;
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
             const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
-            acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(p->s[b][k])), acc[k]);
+            acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(s[k])), acc[k]);
         }
     } else {
         const __m512 dw = p->sw ? q8_0_scales(p->sw + b * p->step, p->stride) : _mm512_load_ps(p->s[b]);
@@ -535,7 +538,7 @@ static void gemm_int8_small(enum tensor_type t, size_t n, const unsigned char *w
             for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
             for (size_t b0 = 0; b0 < nbk; b0 += AMX_KB) {
                 const size_t nbc = nbk - b0 < AMX_KB ? nbk - b0 : AMX_KB;
-                unpack_rows(t, w, wrb, r, R, k0 + b0, nbc, tp < 16, panel);
+                unpack_rows(t, w, wrb, r, R, k0 + b0, nbc, 1, panel);
                 if (tp == 4) tile_int8_small(panel, act, b0, nbc, mins, 4, &pf, acc);
                 else if (tp == 8) tile_int8_small(panel, act, b0, nbc, mins, 8, &pf, acc);
                 else tile_int8_small(panel, act, b0, nbc, mins, 16, &pf, acc);
