@@ -112,6 +112,14 @@ static size_t ref_argmax(const float *x, size_t n)
     return best;
 }
 
+static void ref_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
 static void ref_swiglu_row(float *g, const float *u, size_t n)
 {
     for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -261,6 +269,7 @@ struct kernel_set {
     size_t (*argmax)(const float *x, size_t n);
     size_t (*find_nonfinite)(const float *x, size_t n);
     void (*swiglu)(float *g, const float *u, size_t n);
+    void (*rmsnorm)(float *out, const float *x, const float *w, size_t n, float eps);
 };
 
 static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
@@ -271,7 +280,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         ref_f32_to_f16_row,
                         ref_argmax,
                         ref_find_nonfinite,
-                        ref_swiglu_row},
+                        ref_swiglu_row,
+                        ref_rmsnorm_row},
     [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
                        cpu_avx2_vec_dot_q4_0},
                       {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
@@ -281,7 +291,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                       cpu_avx2_f32_to_f16_row,
                       cpu_avx2_argmax,
                       cpu_avx2_find_nonfinite,
-                      cpu_avx2_swiglu_row},
+                      cpu_avx2_swiglu_row,
+                      cpu_avx2_rmsnorm_row},
     [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
                          cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
                         {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
@@ -291,7 +302,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         cpu_avx512_f32_to_f16_row,
                         cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
                         cpu_avx2_find_nonfinite,
-                        cpu_avx512_swiglu_row},
+                        cpu_avx512_swiglu_row,
+                        cpu_avx2_rmsnorm_row},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -476,6 +488,14 @@ size_t cpu_find_nonfinite(const float *x, size_t n) { return active()->find_nonf
 size_t cpu_find_nonfinite_ref(const float *x, size_t n) { return ref_find_nonfinite(x, n); }
 void cpu_swiglu_row(float *g, const float *u, size_t n) { active()->swiglu(g, u, n); }
 void cpu_swiglu_row_ref(float *g, const float *u, size_t n) { ref_swiglu_row(g, u, n); }
+void cpu_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    active()->rmsnorm(out, x, w, n, eps);
+}
+void cpu_rmsnorm_row_ref(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    ref_rmsnorm_row(out, x, w, n, eps);
+}
 
 /* ================================================================ public kernels */
 

@@ -41,8 +41,8 @@ uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept NaN */
 void cpu_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
-/* ---- float rows: scans of a vocabulary's logits (SIMD where available, same results) and the
- * SwiGLU gate ---- */
+/* ---- float rows: scans of a vocabulary's logits (SIMD where available, same results), the
+ * SwiGLU gate and RMSNorm ---- */
 /* The index of the largest value, the lowest one among equals; NaN never counts. n if there is
  * none above -inf (all -inf or NaN, or n == 0). */
 size_t cpu_argmax(const float *x, size_t n);
@@ -54,6 +54,10 @@ size_t cpu_find_nonfinite_ref(const float *x, size_t n);
  * polynomial exp: within 1e-6 relative of the reference. */
 void cpu_swiglu_row(float *g, const float *u, size_t n);
 void cpu_swiglu_row_ref(float *g, const float *u, size_t n);
+/* RMSNorm: out[i] = x[i] * w[i] / sqrt(mean(x^2) + eps), the sum of squares in double (out may be x).
+ * The SIMD versions sum in another order: the same result within float rounding. */
+void cpu_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps);
+void cpu_rmsnorm_row_ref(float *out, const float *x, const float *w, size_t n, float eps);
 
 /* ---- weights ---- */
 /* 1 if the kernels can compute with weights of this type. */

@@ -60,6 +60,8 @@ size_t cpu_avx2_argmax(const float *x, size_t n);
 size_t cpu_avx2_find_nonfinite(const float *x, size_t n);
 /* cpu_swiglu_row_ref within 1e-6 relative (a polynomial exp). */
 void cpu_avx2_swiglu_row(float *g, const float *u, size_t n);
+/* cpu_rmsnorm_row_ref with the squares summed in 4 double lanes. */
+void cpu_avx2_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps);
 
 /* ---- AVX-512 F/BW/VL/DQ (kernels_avx512.c) ---- */
 float cpu_avx512_vec_dot_f32(size_t n, const void *w, const void *a);

@@ -783,3 +783,24 @@ void cpu_avx2_swiglu_row(float *g, const float *u, size_t n)
     }
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+void cpu_avx2_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(lo, lo, s0);
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    _Alignas(32) double l[4];
+    _mm256_store_pd(l, _mm256_add_pd(s0, s1));
+    double ss = (l[0] + l[1]) + (l[2] + l[3]);
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) out[i] = x[i] * scale * w[i];
+}

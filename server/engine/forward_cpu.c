@@ -289,21 +289,14 @@ static void matmul(struct fwd_cpu *c, const struct model_weight *w, const float 
     matmul_prepared(c, w, rb, n_tok, y, bias);
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, size_t n, float eps)
-{
-    double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (size_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
-
 /* qwen3: RMSNorm of each of n_heads vectors (head_dim apart) with the per-head weights w; no-op
  * when w is NULL. */
 static void head_norm(const struct fwd_cpu *c, float *v, int n_heads, const float *w)
 {
     if (!w) return;
     const size_t hd = (size_t)c->m->hp.head_dim;
-    for (int h = 0; h < n_heads; h++) rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, w, hd, c->m->hp.rms_eps);
+    for (int h = 0; h < n_heads; h++)
+        cpu_rmsnorm_row(v + (size_t)h * hd, v + (size_t)h * hd, w, hd, c->m->hp.rms_eps);
 }
 
 /* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) by the token's cos/sin
@@ -381,7 +374,7 @@ static void embed(struct fwd_cpu *c, const struct fwd_step *s)
 static void rmsnorm_rows(const struct fwd_cpu *c, float *out, const float *x, const float *w, size_t n_rows)
 {
     const size_t d = (size_t)c->m->hp.n_embd;
-    for (size_t t = 0; t < n_rows; t++) rmsnorm(out + t * d, x + t * d, w, d, c->m->hp.rms_eps);
+    for (size_t t = 0; t < n_rows; t++) cpu_rmsnorm_row(out + t * d, x + t * d, w, d, c->m->hp.rms_eps);
 }
 
 static void add_residual(float *x, const float *y, size_t n)
@@ -486,7 +479,7 @@ static void logits(struct fwd_cpu *c, const struct fwd_step *s)
         if (!seqs[i].logits) continue;
         int first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
         for (int k = first; k < seqs[i].n; k++, r++)
-            rmsnorm(c->h + r * d, c->x + (size_t)(t + k) * d, m->output_norm, d, m->hp.rms_eps);
+            cpu_rmsnorm_row(c->h + r * d, c->x + (size_t)(t + k) * d, m->output_norm, d, m->hp.rms_eps);
     }
     /* one sequence: straight into its buffer; several: into scratch, each thread copying its rows
      * out to the sequences' buffers while they are in its cache */

@@ -525,6 +525,36 @@ static void test_swiglu(enum cpu_isa max_isa)
     free(g), free(u), free(got), free(ref);
 }
 
+/* RMSNorm against its scalar reference on every ISA: lengths 0..40 and 896, in place and not; the
+ * SIMD sums of squares in double differ only in order, so the outputs agree within 2 float ulps. */
+static void test_rmsnorm(enum cpu_isa max_isa)
+{
+    enum { N = 896 };
+    float x[N], w[N], got[N], ref[N];
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (float)(rnd_u64() % 20001) / 1000.0f - 10.0f;
+        w[i] = (float)(rnd_u64() % 2001) / 1000.0f;
+    }
+    for (int isa = 0; isa <= (int)max_isa; isa++) {
+        cpu_kernels_set_isa((enum cpu_isa)isa);
+        int bad = 0;
+        for (size_t k = 0; k <= 41; k++) {
+            const size_t len = k <= 40 ? k : N;
+            cpu_rmsnorm_row_ref(ref, x, w, len, 1e-6f);
+            cpu_rmsnorm_row(got, x, w, len, 1e-6f);
+            for (size_t i = 0; i < len; i++) bad += !(fabs((double)got[i] - (double)ref[i]) <= 2.5e-7 * fabs((double)ref[i]));
+            memcpy(got, x, len * sizeof(float));
+            cpu_rmsnorm_row(got, got, w, len, 1e-6f); /* in place */
+            for (size_t i = 0; i < len; i++) bad += !(fabs((double)got[i] - (double)ref[i]) <= 2.5e-7 * fabs((double)ref[i]));
+        }
+        T_CHECK(bad == 0, "%s rmsnorm_row: %d values off the reference", cpu_isa_name((enum cpu_isa)isa), bad);
+    }
+    const float one[2] = {3.0f, -4.0f}, wt[2] = {1.0f, 2.0f}; /* mean square 12.5 */
+    float o[2];
+    cpu_rmsnorm_row_ref(o, one, wt, 2, 0.0f);
+    T_CHECK(fabs(o[0] - 3.0 / sqrt(12.5)) < 1e-6 && fabs(o[1] + 8.0 / sqrt(12.5)) < 1e-6, "rmsnorm reference");
+}
+
 /* argmax and find_nonfinite equal their scalar references on every ISA: rows of every length up to
  * 70 and a vocabulary's, with the maximum or a NaN / infinity at the start, in the middle, in the
  * tail or nowhere, ties (the lowest index wins), NaNs around the maximum, and rows all -inf / NaN. */
@@ -726,6 +756,7 @@ int main(void)
     test_rows(max_isa);
     test_scans(max_isa);
     test_swiglu(max_isa);
+    test_rmsnorm(max_isa);
     test_quantize_q8_0(max_isa);
     test_q4_0_layout(max_isa);
     for (int isa = 0; isa <= (int)max_isa; isa++) {
