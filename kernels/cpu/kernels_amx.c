@@ -177,8 +177,10 @@ struct panel8 {
     /* where the A tile of block b is: a + b * step, rows `stride` apart (q, or the weights) */
     const int8_t *a;
     size_t stride, step;
-    /* Q8_0 in place: block b's f16 scales at sw + b * step + i * stride (s is not filled) */
+    /* Q8_0 and Q4_0 whole panels, scales decoded where used: block b's f16 scales at sw + b * sstep
+     * + i * stride (s is not filled) */
     const unsigned char *sw;
+    size_t sstep, sstride;
 };
 
 /* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros) of blocks [b0, b0 + nb): per pair of blocks
@@ -244,7 +246,7 @@ static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_
         _mm_prefetch((const char *)(p + (i / lines) * stride + (i % lines) * 64), _MM_HINT_T1);
 }
 
-/* The f16 scales of 16 Q8_0 blocks, rows wrb apart from p: the low halves of the dwords there */
+/* The f16 scales of 16 Q8_0 or Q4_0 blocks, rows wrb apart from p: the low halves of the dwords there */
 INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
 {
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -252,17 +254,39 @@ INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, p, 1)));
 }
 
+/* 16 rows of Q4_0 blocks (w0: the first row's first block) as int8 q - 8: the 16 bytes' low nibbles
+ * are elements 0..15, their high nibbles 16..31 */
+static void unpack_q4_0(const unsigned char *w0, size_t wrb, size_t nb, struct panel8 *p)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    for (int i = 0; i < AMX_N; i++) {
+        const unsigned char *row = w0 + (size_t)i * wrb + 2;
+        for (size_t b = 0; b < nb; b++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES));
+            const __m256i x = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+            _mm256_store_si256((__m256i *)(void *)p->q[i][b], _mm256_sub_epi8(x, eight));
+        }
+    }
+}
+
 /* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. Q8_0 weights of a
  * whole tile of rows are not copied: the tile loads read them in place (34-byte blocks, rows wrb
- * apart), and only their scales are decoded, a block's 16 with one gather. */
+ * apart). The scales of such panels and of whole Q4_0 panels are decoded a block's 16 with one
+ * gather: here into s, or (lazy) by the caller where it uses them (sw). */
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
                         int lazy, struct panel8 *p)
 {
-    if (t == TENSOR_Q8_0 && R == AMX_N) { /* the int8 weights are tiles as they lie: only the scales */
-        const unsigned char *w0 = w + r * wrb + b0 * CPU_Q8_0_BYTES;
-        p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
-        p->sw = lazy ? w0 : NULL;
-        for (size_t b = 0; b < nb && !lazy; b++) _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * CPU_Q8_0_BYTES, wrb));
+    if ((t == TENSOR_Q8_0 || t == TENSOR_Q4_0) && R == AMX_N) {
+        const size_t bb = t == TENSOR_Q8_0 ? CPU_Q8_0_BYTES : CPU_Q4_0_BYTES;
+        const unsigned char *w0 = w + r * wrb + b0 * bb;
+        if (t == TENSOR_Q8_0) { /* the int8 weights are tiles as they lie */
+            p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
+        } else {
+            unpack_q4_0(w0, wrb, nb, p);
+            p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
+        }
+        p->sw = lazy ? w0 : NULL, p->sstep = bb, p->sstride = wrb;
+        for (size_t b = 0; b < nb && !lazy; b++) _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * bb, wrb));
         return;
     }
     p->sw = NULL;
@@ -414,14 +438,14 @@ INLINE void scale_small(const int32_t *c, const struct panel8 *p, const struct a
     if (tp == 16) { /* a row a vector: its scale broadcast from memory, no permute */
         _Alignas(64) float sw[16];
         const float *s = p->s[b];
-        if (p->sw) _mm512_store_ps(sw, q8_0_scales(p->sw + b * p->step, p->stride)), s = sw;
+        if (p->sw) _mm512_store_ps(sw, q8_0_scales(p->sw + b * p->sstep, p->sstride)), s = sw;
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
             const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
             acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(s[k])), acc[k]);
         }
     } else {
-        const __m512 dw = p->sw ? q8_0_scales(p->sw + b * p->step, p->stride) : _mm512_load_ps(p->s[b]);
+        const __m512 dw = p->sw ? q8_0_scales(p->sw + b * p->sstep, p->sstride) : _mm512_load_ps(p->s[b]);
 #pragma GCC unroll 8
         for (int k = 0; k < tp; k++) {
             const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
