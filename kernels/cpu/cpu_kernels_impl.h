@@ -171,6 +171,12 @@ int quants_avx512_matvec_q(enum tensor_type t, size_t n, const void *w, size_t w
  * weights) and the types quants_panel_type does not take. */
 int quants_avx2_unpack_row(enum tensor_type t, const unsigned char *row, size_t b0, size_t nb, int8_t *q, float *s,
                            float *m);
+/* The int8 weights of `rows` rows (wrb bytes apart, w0 at the first row's first block to take) of
+ * nb blocks of a type with one f16 scale at the start of each 32-block (Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL): row i's block b at q + i * q_stride + 32 b (32-byte aligned), as quants_avx2_unpack_row
+ * gives them; the scales (and mins, at byte 2) are the caller's to read. Returns 0 for other types. */
+int quants_avx2_unpack_q32_rows(enum tensor_type t, const unsigned char *w0, size_t wrb, int rows, size_t nb,
+                                int8_t *q, size_t q_stride);
 /* Bit-identical to quants_quantize_row_q8_k. */
 void quants_avx2_quantize_row_q8_k(const float *x, void *dst, size_t n);
 float quants_avx2_dot_q4_1(size_t n, const void *w, const void *a);

@@ -246,7 +246,8 @@ static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_
         _mm_prefetch((const char *)(p + (i / lines) * stride + (i % lines) * 64), _MM_HINT_T1);
 }
 
-/* The f16 scales of 16 Q8_0 or Q4_0 blocks, rows wrb apart from p: the low halves of the dwords there */
+/* The f16 values of 16 rows' blocks, rows wrb apart from p (a scale, or a min): the low halves of the
+ * dwords there */
 INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
 {
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -254,39 +255,38 @@ INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, p, 1)));
 }
 
-/* 16 rows of Q4_0 blocks (w0: the first row's first block) as int8 q - 8: the 16 bytes' low nibbles
- * are elements 0..15, their high nibbles 16..31 */
-static void unpack_q4_0(const unsigned char *w0, size_t wrb, size_t nb, struct panel8 *p)
+/* 1 for the types whose 32-blocks start with their f16 scale (and, Q4_1 / Q5_1, the f16 min after it) */
+static int scale_first(enum tensor_type t)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    for (int i = 0; i < AMX_N; i++) {
-        const unsigned char *row = w0 + (size_t)i * wrb + 2;
-        for (size_t b = 0; b < nb; b++) {
-            const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + b * CPU_Q4_0_BYTES));
-            const __m256i x = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-            _mm256_store_si256((__m256i *)(void *)p->q[i][b], _mm256_sub_epi8(x, eight));
-        }
-    }
+    return t == TENSOR_Q8_0 || t == TENSOR_Q4_0 || t == TENSOR_Q4_1 || t == TENSOR_Q5_0 || t == TENSOR_Q5_1 ||
+           t == TENSOR_IQ4_NL;
 }
 
 /* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. Q8_0 weights of a
  * whole tile of rows are not copied: the tile loads read them in place (34-byte blocks, rows wrb
- * apart). The scales of such panels and of whole Q4_0 panels are decoded a block's 16 with one
- * gather: here into s, or (lazy) by the caller where it uses them (sw). */
+ * apart). The scales (and mins) of whole panels of the types whose blocks start with them are
+ * decoded a block's 16 with one gather: into s and m, or (lazy, no mins) by the caller where it
+ * uses them (sw). */
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
                         int lazy, struct panel8 *p)
 {
-    if ((t == TENSOR_Q8_0 || t == TENSOR_Q4_0) && R == AMX_N) {
-        const size_t bb = t == TENSOR_Q8_0 ? CPU_Q8_0_BYTES : CPU_Q4_0_BYTES;
+    if (scale_first(t) && R == AMX_N) {
+        const size_t bb = tensor_block_bytes(t);
         const unsigned char *w0 = w + r * wrb + b0 * bb;
         if (t == TENSOR_Q8_0) { /* the int8 weights are tiles as they lie */
             p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
         } else {
-            unpack_q4_0(w0, wrb, nb, p);
+            quants_avx2_unpack_q32_rows(t, w0, wrb, AMX_N, nb, p->q[0][0], sizeof p->q[0]);
             p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
         }
+        const int mins = has_min(t);
+        lazy = lazy && !mins;
         p->sw = lazy ? w0 : NULL, p->sstep = bb, p->sstride = wrb;
-        for (size_t b = 0; b < nb && !lazy; b++) _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * bb, wrb));
+        for (size_t b = 0; b < nb && !lazy; b++) {
+            _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * bb, wrb));
+            if (mins) /* w = d q + m_file = s q - m */
+                _mm512_store_ps(p->m[b], _mm512_sub_ps(_mm512_setzero_ps(), q8_0_scales(w0 + b * bb + 2, wrb)));
+        }
         return;
     }
     p->sw = NULL;

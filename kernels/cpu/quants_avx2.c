@@ -692,6 +692,29 @@ int quants_avx2_unpack_row(enum tensor_type t, const unsigned char *row, size_t 
 {
     return pg_unpack_s32(t, row, b0, nb, q, s, m);
 }
+
+/* The weights of rows x nb blocks of kind k, the kind known where this is inlined */
+static inline __attribute__((always_inline)) void unpack32_rows(enum kind32 k, const unsigned char *w0, size_t wrb,
+                                                                int rows, size_t nb, int8_t *q, size_t q_stride)
+{
+    for (int i = 0; i < rows; i++) {
+        const unsigned char *row = w0 + (size_t)i * wrb;
+        for (size_t b = 0; b < nb; b++) store_q(q + (size_t)i * q_stride + 32 * b, w32(k, row + b * k32_bytes[k]));
+    }
+}
+
+int quants_avx2_unpack_q32_rows(enum tensor_type t, const unsigned char *w0, size_t wrb, int rows, size_t nb,
+                                int8_t *q, size_t q_stride)
+{
+    switch (t) {
+    case TENSOR_Q4_0: unpack32_rows(K_Q4_0, w0, wrb, rows, nb, q, q_stride); return 1;
+    case TENSOR_Q4_1: unpack32_rows(K_Q4_1, w0, wrb, rows, nb, q, q_stride); return 1;
+    case TENSOR_Q5_0: unpack32_rows(K_Q5_0, w0, wrb, rows, nb, q, q_stride); return 1;
+    case TENSOR_Q5_1: unpack32_rows(K_Q5_1, w0, wrb, rows, nb, q, q_stride); return 1;
+    case TENSOR_IQ4_NL: unpack32_rows(K_IQ4_NL, w0, wrb, rows, nb, q, q_stride); return 1;
+    default: return 0;
+    }
+}
 #endif
 
 /* ---- activations: one group of 4 tokens (j0 .. j0+3, those >= n_tok as zeros), blocks [b0, b0 + nb) */
