@@ -302,7 +302,7 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         cpu_avx512_f32_to_f16_row,
                         cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
                         cpu_avx2_find_nonfinite,
-                        cpu_avx512_swiglu_row,
+                        cpu_avx2_swiglu_row,
                         cpu_avx2_rmsnorm_row},
 };
 

@@ -83,8 +83,6 @@ void cpu_avx512_gemm_q4_0(size_t n, const void *w, size_t w_row_bytes, size_t r0
 void cpu_avx512_quantize_row_q8_0(const float *x, void *dst, size_t n);
 void cpu_avx512_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void cpu_avx512_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
-/* As cpu_avx2_swiglu_row, on 16 lanes. */
-void cpu_avx512_swiglu_row(float *g, const float *u, size_t n);
 
 
 /* ---- quants.c (scalar) and quants_avx2.c: the K-quant (Q2_K..Q6_K), IQ4_NL/IQ4_XS and

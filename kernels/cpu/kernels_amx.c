@@ -317,42 +317,55 @@ INLINE void scale_block(const int32_t c[16][16], const struct panel8 *p, const s
     }
 }
 
+/* One block's tile product from zero: C = A (16 rows at a, sa bytes apart) times B (at b, rows sb apart) */
+#define tile_product(C, A, B, a, sa, b, sb) \
+    do {                                     \
+        _tile_loadd(A, a, sa);               \
+        _tile_loadd(B, b, sb);               \
+        _tile_zero(C);                       \
+        _tile_dpbssd(C, A, B);               \
+    } while (0)
+
+/* The schedule of both int8 tile loops over nb blocks (with c0, c1 buffers and ISSUE(C, A, B, k) /
+ * SCALE(C, buf, k) defined by the loop, each skipping k >= nb): blocks b, b + 1 go through tiles C0,
+ * C1 and b + 2, b + 3 through C2, C3, and a pair's products are issued before the previous pair's
+ * sums are stored and scaled, so the tile unit works while the vector unit scales. */
+#define PIPELINE_PAIRS(C0, C1, C2, C3, A0, A1, B0, B1) \
+    do {                                                 \
+        ISSUE(C0, A0, B0, 0);                            \
+        ISSUE(C1, A1, B1, 1);                            \
+        for (size_t b = 0; b < nb; b += 4) {             \
+            ISSUE(C2, A0, B0, b + 2);                    \
+            ISSUE(C3, A1, B1, b + 3);                    \
+            SCALE(C0, c0, b);                            \
+            SCALE(C1, c1, b + 1);                        \
+            ISSUE(C0, A0, B0, b + 4);                    \
+            ISSUE(C1, A1, B1, b + 5);                    \
+            SCALE(C2, c0, b + 2);                        \
+            SCALE(C3, c1, b + 3);                        \
+        }                                                \
+    } while (0)
+
 /* acc (16 rows x 16 tokens) = the panel's nb blocks times one token tile; two blocks per step, on
  * two sets of tiles, so the second product runs while the first one's sums are scaled. */
 INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, int mins, __m512 acc[16])
 {
     _Alignas(64) int32_t c0[16][16], c1[16][16];
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-#define BIG_ISSUE(C, A, B, blk)                                  \
-    do {                                                         \
-        if ((blk) < nb) {                                        \
-            _tile_loadd(A, p->a + (blk) * p->step, p->stride);   \
-            _tile_loadd(B, x->x[blk], 64);                       \
-            _tile_zero(C);                                       \
-            _tile_dpbssd(C, A, B);                               \
-        }                                                        \
+#define ISSUE(C, A, B, k)                                                                                        \
+    do {                                                                                                         \
+        if ((k) < nb) tile_product(C, A, B, p->a + (k) * p->step, p->stride, x->x[k], 64);                       \
     } while (0)
-#define BIG_SCALE(C, buf, blk)                                                  \
-    do {                                                                        \
-        if ((blk) < nb) {                                                       \
-            _tile_stored(C, buf, 64);                                           \
-            scale_block((const int32_t(*)[16])buf, p, x, blk, mins, acc);       \
-        }                                                                       \
+#define SCALE(C, buf, k)                                                                                         \
+    do {                                                                                                         \
+        if ((k) < nb) {                                                                                          \
+            _tile_stored(C, buf, 64);                                                                            \
+            scale_block((const int32_t(*)[16])buf, p, x, k, mins, acc);                                          \
+        }                                                                                                        \
     } while (0)
-    BIG_ISSUE(0, 2, 4, 0);
-    BIG_ISSUE(1, 3, 5, 1);
-    for (size_t b = 0; b < nb; b += 4) {
-        BIG_ISSUE(6, 2, 4, b + 2);
-        BIG_ISSUE(7, 3, 5, b + 3);
-        BIG_SCALE(0, c0, b);
-        BIG_SCALE(1, c1, b + 1);
-        BIG_ISSUE(0, 2, 4, b + 4);
-        BIG_ISSUE(1, 3, 5, b + 5);
-        BIG_SCALE(6, c0, b + 2);
-        BIG_SCALE(7, c1, b + 3);
-    }
-#undef BIG_ISSUE
-#undef BIG_SCALE
+    PIPELINE_PAIRS(0, 1, 6, 7, 2, 3, 4, 5);
+#undef ISSUE
+#undef SCALE
 }
 
 /* ---- small batches (at most 16 tokens: batched decoding) ----
@@ -491,39 +504,21 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
     const __m512i toki = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
     for (int k = 0; k < tp; k++)
         rowi[k] = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * k), _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2));
-    /* blocks b, b + 1 go into C0, C1 and b + 2, b + 3 into C2, C3: a pair's products are issued
-     * before the previous pair's sums are stored and scaled */
-#define SMALL_ISSUE(C, A, B, blk)                                          \
-    do {                                                                   \
-        if ((blk) < nb) {                                                  \
-            _tile_loadd(A, p->a + (blk) * p->step, p->stride);             \
-            _tile_loadd(B, x->x + 32 * tp * (xb0 + (blk)), 4 * tp);        \
-            _tile_zero(C);                                                 \
-            _tile_dpbssd(C, A, B);                                         \
-        }                                                                  \
+#define ISSUE(C, A, B, k)                                                                                        \
+    do {                                                                                                         \
+        if ((k) < nb) tile_product(C, A, B, p->a + (k) * p->step, p->stride, x->x + 32 * tp * (xb0 + (k)), 4 * tp); \
     } while (0)
-#define SMALL_SCALE(C, buf, blk)                                                    \
-    do {                                                                            \
-        if ((blk) < nb) {                                                           \
-            if (pf->rows) prefetch_step(pf, xb0 + (blk));                           \
-            _tile_stored(C, buf, 4 * tp);                                           \
-            scale_small(buf, p, x, xb0 + (blk), blk, mins, tp, rowi, toki, acc);    \
-        }                                                                           \
+#define SCALE(C, buf, k)                                                                                         \
+    do {                                                                                                         \
+        if ((k) < nb) {                                                                                          \
+            if (pf->rows) prefetch_step(pf, xb0 + (k));                                                          \
+            _tile_stored(C, buf, 4 * tp);                                                                        \
+            scale_small(buf, p, x, xb0 + (k), k, mins, tp, rowi, toki, acc);                                     \
+        }                                                                                                        \
     } while (0)
-    SMALL_ISSUE(0, 4, 6, 0);
-    SMALL_ISSUE(1, 5, 7, 1);
-    for (size_t b = 0; b < nb; b += 4) {
-        SMALL_ISSUE(2, 4, 6, b + 2);
-        SMALL_ISSUE(3, 5, 7, b + 3);
-        SMALL_SCALE(0, c0, b);
-        SMALL_SCALE(1, c1, b + 1);
-        SMALL_ISSUE(0, 4, 6, b + 4);
-        SMALL_ISSUE(1, 5, 7, b + 5);
-        SMALL_SCALE(2, c0, b + 2);
-        SMALL_SCALE(3, c1, b + 3);
-    }
-#undef SMALL_ISSUE
-#undef SMALL_SCALE
+    PIPELINE_PAIRS(0, 1, 2, 3, 4, 5, 6, 7);
+#undef ISSUE
+#undef SCALE
 }
 
 /* acc (dense 16 rows x tp tokens): y[token * ys + row] = (add ? y : 0) + sum, for R rows, T tokens */

@@ -285,39 +285,3 @@ void cpu_avx512_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
         _mm256_mask_storeu_epi16(dst + i, m, h);
     }
 }
-
-/* e^x on 16 lanes, as exp8 (kernels_simd.h): x < -87.3 (also -inf, NaN) gives 0, x is capped at 88. */
-static inline __m512 exp16(__m512 x)
-{
-    const __m512 lo = _mm512_set1_ps(-87.3f);
-    const __mmask16 valid = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps(valid, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
-
-/* g = silu(g) * u = g / (1 + e^-g) * u; masked last step. */
-void cpu_avx512_swiglu_row(float *g, const float *u, size_t n)
-{
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
-        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
-        const __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
-        /* 1 / d: the 14-bit estimate and one Newton step (relative error ~2^-28); d >= 1 */
-        __m512 r = _mm512_rcp14_ps(d);
-        r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
-        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_mul_ps(x, r), _mm512_maskz_loadu_ps(m, u + i)));
-    }
-}
