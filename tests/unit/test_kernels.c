@@ -646,20 +646,26 @@ static void test_rows(enum cpu_isa max_isa)
 
 /* Every variant of every type on a wide slice: 37 rows sliced to [3, 37) (full 16-row panels and
  * a partial one), 1..140 tokens (crossing the float panel's 6-token groups and its 132-token
- * pass), 300 elements (two 128-element chunks and a tail). Against the reference gemm within the
- * float-ordering bound; nothing written outside the slice or past the last token. */
+ * pass), 300 elements (two 128-element chunks and a tail); the quantized types on 288 (9 blocks: an
+ * odd count for the AMX pairs of blocks) and 2336 (73 blocks: a second K chunk of the AMX panels,
+ * summed onto the first). Against the reference gemm within the float-ordering bound; nothing
+ * written outside the slice or past the last token. */
 static void test_wide_gemm(void)
 {
-    enum { WR = 37, WN = 300, WT = 140, WS = 41 };
+    enum { WR = 37, WN = 2336, WT = 140, WS = 41 };
     static const size_t toks[] = {1, 2, 6, 7, 12, 31, 33, 64, 131, 132, 133, 140};
-    static const enum tensor_type types[] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16, TENSOR_Q8_0, TENSOR_Q4_0};
+    static const struct {
+        enum tensor_type t;
+        size_t n;
+    } cases[] = {{TENSOR_F32, 300},  {TENSOR_F16, 300},  {TENSOR_BF16, 300}, {TENSOR_Q8_0, 288},
+                 {TENSOR_Q8_0, 2336}, {TENSOR_Q4_0, 288}, {TENSOR_Q4_0, 2336}};
     const size_t r0 = 3, r1 = WR;
     float *x = t_xmalloc(WN * sizeof(float)), *y = t_xmalloc((size_t)WT * WS * sizeof(float));
     float *ref = t_xmalloc((size_t)WT * WS * sizeof(float)), *wd = t_xmalloc((size_t)WR * WN * sizeof(float));
     float *ad = t_xmalloc((size_t)WT * WN * sizeof(float));
-    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        const enum tensor_type t = types[ti], at = cpu_vec_dot_type(t);
-        const size_t n = t == TENSOR_Q8_0 || t == TENSOR_Q4_0 ? 288 : WN; /* quantized: whole blocks */
+    for (size_t ti = 0; ti < sizeof cases / sizeof *cases; ti++) {
+        const enum tensor_type t = cases[ti].t, at = cpu_vec_dot_type(t);
+        const size_t n = cases[ti].n;
         const size_t wrb = nbytes(t, n) + W_PAD, arb = nbytes(at, n) + A_PAD;
         unsigned char *w = t_xmalloc(WR * wrb), *a = t_xmalloc(WT * arb);
         for (size_t r = 0; r < WR; r++) {
@@ -701,8 +707,8 @@ static void test_wide_gemm(void)
                             stray++;
                         }
                     }
-                T_CHECK(errs == 0 && stray == 0, "wide gemm %s %s n_tok=%zu: %d wrong, %d stray", tensor_type_name(t),
-                        cpu_variant_name((enum cpu_variant)vi), nt, errs, stray);
+                T_CHECK(errs == 0 && stray == 0, "wide gemm %s %s n=%zu n_tok=%zu: %d wrong, %d stray",
+                        tensor_type_name(t), cpu_variant_name((enum cpu_variant)vi), n, nt, errs, stray);
             }
         }
         free(w), free(a);
