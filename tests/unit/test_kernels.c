@@ -716,6 +716,51 @@ static void test_wide_gemm(void)
     free(x), free(y), free(ref), free(wd), free(ad);
 }
 
+/* Rows longer than the AMX small-batch path packs at once (1024 blocks): 1032 blocks of Q8_0 and
+ * Q4_0, 16 rows (a full panel), 2, 8 and 16 tokens; the second pass is summed onto the first.
+ * Against the reference gemm. */
+static void test_amx_long_rows(void)
+{
+    enum { LR = 16, LN = 1032 * 32, LT = 16 };
+    if (!cpu_variant_available(CPU_FAM_BATCH, TENSOR_Q8_0, CPU_VAR_AMX)) return;
+    static const enum tensor_type types[] = {TENSOR_Q8_0, TENSOR_Q4_0};
+    static const size_t toks[] = {2, 8, 16};
+    float *x = t_xmalloc(LN * sizeof(float)), *y = t_xmalloc(LT * LR * sizeof(float));
+    float *ref = t_xmalloc(LT * LR * sizeof(float)), *wd = t_xmalloc((size_t)LR * LN * sizeof(float));
+    float *ad = t_xmalloc((size_t)LT * LN * sizeof(float));
+    for (size_t ti = 0; ti < 2; ti++) {
+        const enum tensor_type t = types[ti];
+        const size_t wrb = nbytes(t, LN), arb = nbytes(TENSOR_Q8_0, LN);
+        unsigned char *w = t_xmalloc(LR * wrb), *a = t_xmalloc(LT * arb);
+        for (size_t r = 0; r < LR; r++) {
+            for (size_t i = 0; i < LN; i++) x[i] = rnd_sym() * 0.5f;
+            if (t == TENSOR_Q8_0) cpu_quantize_row_q8_0(x, w + r * wrb, LN);
+            else cpu_quantize_row_q4_0(x, w + r * wrb, LN);
+            cpu_dequant_row(t, w + r * wrb, wd + r * LN, LN);
+        }
+        for (size_t j = 0; j < LT; j++) {
+            fill_acts(x, LN, (int)j);
+            cpu_prepare_row(t, x, a + j * arb, LN);
+            cpu_dequant_row(TENSOR_Q8_0, a + j * arb, ad + j * LN, LN);
+        }
+        cpu_gemm_ref(t, LN, w, wrb, 0, LR, a, arb, LT, ref, LR);
+        for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {
+            cpu_gemm_variant(CPU_VAR_AMX, t, LN, w, wrb, 0, LR, a, arb, toks[k], y, LR);
+            int bad = 0;
+            for (size_t j = 0; j < toks[k]; j++)
+                for (size_t r = 0; r < LR; r++) {
+                    double sabs;
+                    (void)dot64(wd + r * LN, ad + j * LN, LN, &sabs);
+                    bad += !(fabs((double)y[j * LR + r] - ref[j * LR + r]) <= tolerance(t, LN, sabs));
+                }
+            T_CHECK(bad == 0, "amx %s rows of %d weights, %zu tokens: %d off the reference", tensor_type_name(t), LN,
+                    toks[k], bad);
+        }
+        free(w), free(a);
+    }
+    free(x), free(y), free(ref), free(wd), free(ad);
+}
+
 /* ------------------------------------------------------------------------------------------
  * Dispatch and type table
  * ------------------------------------------------------------------------------------------ */
@@ -771,6 +816,7 @@ int main(void)
     }
     cpu_kernels_set_isa(max_isa);
     test_wide_gemm();
+    test_amx_long_rows();
     if (max_isa < CPU_ISA_AVX512) fprintf(stderr, "test_kernels: avx512 not on this cpu, not run\n");
     if (max_isa < CPU_ISA_AMX) fprintf(stderr, "test_kernels: amx not on this cpu, not run\n");
     return t_finish("test_kernels");
