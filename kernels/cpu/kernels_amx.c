@@ -255,6 +255,50 @@ INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, p, 1)));
 }
 
+/* 16 whole rows of Q4_K super-blocks (256 weights in 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit
+ * scales and mins, 128 bytes of nibbles; w0 at the first row's first one): the nibbles as int8 (the
+ * low ones of 32 bytes are one 32-block, their high ones the next), and each 32-block's d * scale
+ * and dmin * min decoded for the 16 rows at once from gathered dwords (the scalar quants_k4_scales
+ * does one row). */
+static void unpack_q4_k(const unsigned char *w0, size_t wrb, size_t nsb, struct panel8 *p)
+{
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)wrb));
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    const __m256i n4 = _mm256_set1_epi8(0x0f);
+    for (size_t sb = 0; sb < nsb; sb++) {
+        const unsigned char *base = w0 + sb * 144;
+        const __m512i dd = _mm512_i32gather_epi32(rows, base, 1);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        const __m512i a = _mm512_i32gather_epi32(rows, base + 4, 1); /* scales[0..3] */
+        const __m512i b = _mm512_i32gather_epi32(rows, base + 8, 1); /* scales[4..7] */
+        const __m512i c = _mm512_i32gather_epi32(rows, base + 12, 1); /* scales[8..11] */
+        for (int j = 0; j < 4; j++) {
+            const unsigned sh = 8u * (unsigned)j;
+            const __m512i sc_lo = _mm512_and_si512(_mm512_srli_epi32(a, sh), m6);
+            const __m512i mn_lo = _mm512_and_si512(_mm512_srli_epi32(b, sh), m6);
+            const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, sh), m4),
+                                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, sh + 6), m2), 4));
+            const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, sh + 4), m4),
+                                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b, sh + 6), m2), 4));
+            _mm512_store_ps(p->s[8 * sb + (size_t)j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc_lo)));
+            _mm512_store_ps(p->m[8 * sb + (size_t)j], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn_lo)));
+            _mm512_store_ps(p->s[8 * sb + 4 + (size_t)j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc_hi)));
+            _mm512_store_ps(p->m[8 * sb + 4 + (size_t)j], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn_hi)));
+        }
+        for (int i = 0; i < AMX_N; i++) {
+            const unsigned char *qs = base + (size_t)i * wrb + 16;
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * k));
+                _mm256_store_si256((__m256i *)(void *)p->q[i][8 * sb + 2 * (size_t)k], _mm256_and_si256(v, n4));
+                _mm256_store_si256((__m256i *)(void *)p->q[i][8 * sb + 2 * (size_t)k + 1],
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), n4));
+            }
+        }
+    }
+}
+
 /* 1 for the types whose 32-blocks start with their f16 scale (and, Q4_1 / Q5_1, the f16 min after it) */
 static int scale_first(enum tensor_type t)
 {
@@ -291,6 +335,10 @@ static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, 
     }
     p->sw = NULL;
     p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
+    if (t == TENSOR_Q4_K && R == AMX_N) { /* chunks are whole super-blocks */
+        unpack_q4_k(w + r * wrb + b0 / 8 * 144, wrb, nb / 8, p);
+        return;
+    }
     for (int i = 0; i < AMX_N; i++) {
         if (i < R) {
             quants_avx2_unpack_row(t, w + (r + (size_t)i) * wrb, b0, nb, p->q[i][0], p->row_s, p->row_m);
