@@ -248,7 +248,7 @@ static void prefetch_part(const unsigned char *p, size_t stride, size_t R, size_
 
 /* The f16 values of 16 rows' blocks, rows wrb apart from p (a scale, or a min): the low halves of the
  * dwords there */
-INLINE __m512 q8_0_scales(const unsigned char *p, size_t wrb)
+INLINE __m512 rows_f16(const unsigned char *p, size_t wrb)
 {
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)wrb));
@@ -327,9 +327,9 @@ static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, 
         lazy = lazy && !mins;
         p->sw = lazy ? w0 : NULL, p->sstep = bb, p->sstride = wrb;
         for (size_t b = 0; b < nb && !lazy; b++) {
-            _mm512_store_ps(p->s[b], q8_0_scales(w0 + b * bb, wrb));
+            _mm512_store_ps(p->s[b], rows_f16(w0 + b * bb, wrb));
             if (mins) /* w = d q + m_file = s q - m */
-                _mm512_store_ps(p->m[b], _mm512_sub_ps(_mm512_setzero_ps(), q8_0_scales(w0 + b * bb + 2, wrb)));
+                _mm512_store_ps(p->m[b], _mm512_sub_ps(_mm512_setzero_ps(), rows_f16(w0 + b * bb + 2, wrb)));
         }
         return;
     }
@@ -499,14 +499,14 @@ INLINE void scale_small(const int32_t *c, const struct panel8 *p, const struct a
     if (tp == 16) { /* a row a vector: its scale broadcast from memory, no permute */
         _Alignas(64) float sw[16];
         const float *s = p->s[b];
-        if (p->sw) _mm512_store_ps(sw, q8_0_scales(p->sw + b * p->sstep, p->sstride)), s = sw;
+        if (p->sw) _mm512_store_ps(sw, rows_f16(p->sw + b * p->sstep, p->sstride)), s = sw;
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
             const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
             acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(s[k])), acc[k]);
         }
     } else {
-        const __m512 dw = p->sw ? q8_0_scales(p->sw + b * p->sstep, p->sstride) : _mm512_load_ps(p->s[b]);
+        const __m512 dw = p->sw ? rows_f16(p->sw + b * p->sstep, p->sstride) : _mm512_load_ps(p->s[b]);
 #pragma GCC unroll 8
         for (int k = 0; k < tp; k++) {
             const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
