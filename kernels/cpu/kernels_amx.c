@@ -8,13 +8,15 @@
  * Here A is 16 weight rows and B 16 tokens:
  *
  * Quantized weights (int8 path, tdpbssd): the weights of 16 rows are unpacked once per chunk of
- * tokens into an int8 panel with a float scale (and min) per 32-block (quants_avx2_unpack_row;
- * Q8_0 rows are loaded as tiles where they lie), the tokens' Q8_0 / Q8_K activations are packed
- * per block into B. Every 32-block is one tile product over K = 32, exact in int32 as in the
- * scalar reference; its 16 x 16 sums then go through AVX-512: acc[row] += float(C[row]) *
- * (s_w[row] * d_a[tokens]) (- m_w[row] * d_a * sum a). That float work, three vector operations
- * per 16 products of 32, bounds this path: on the Xeon measured it runs at about half the rate of
- * the tile products alone, and the two do not overlap (README, Performance).
+ * tokens into an int8 panel with a float scale (and min) per 32-block (per-type loops for whole
+ * panels of the scale-first types and Q4_K, quants_avx2_unpack_row otherwise; Q8_0 rows are loaded
+ * as tiles where they lie), the tokens' Q8_0 / Q8_K activations are packed per block into B. Every
+ * 32-block is one tile product over K = 32, exact in int32 as in the scalar reference; its 16 x 16
+ * sums then go through AVX-512: acc[row] += float(C[row]) * (s_w[row] * d_a[tokens])
+ * (- m_w[row] * d_a * sum a). That float work, three vector operations per 16 products of 32 on the
+ * one 512-bit FMA port, bounds this path; a pair of blocks' tile products is issued before the
+ * previous pair is scaled (PIPELINE_PAIRS) so that part of it overlaps. Batches of 2-16 tokens
+ * take the small-batch path below (narrower, dense C tiles).
  *
  * Float weights (bf16 path, tdpbf16ps, F16 and BF16 weights): bf16 has 8 significant bits, f16
  * 11, so each F16 weight is split exactly into hi + lo bf16 values and each activation into
