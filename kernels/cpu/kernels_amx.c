@@ -354,19 +354,19 @@ static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, 
     }
 }
 
-/* The block's 16 x 16 sums (c, rows of 16 tokens) scaled into acc. */
-INLINE void scale_block(const int32_t c[16][16], const struct panel8 *p, const struct act8 *x, size_t b, int mins,
-                        __m512 acc[16])
-{
-    const __m512 da = _mm512_load_ps(x->d[b]);
-    const __m512 ds = _mm512_load_ps(x->ds[b]);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) {
-        const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)c[i]));
-        acc[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(p->s[b][i])), acc[i]);
-        if (mins) acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(p->m[b][i]), ds, acc[i]);
-    }
-}
+/* The sums are kept in 16 named vectors, acc0 .. acc15 (ACC16 below), not in an array: gcc keeps
+ * an array of vectors in memory across the tile stores' memory clobbers, so every scaled row was
+ * also a load and a store of its sum, on the load and store ports the tile loads and stores use. */
+#define ACC16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define ACC_ZERO(i) __m512 acc##i = _mm512_setzero_ps();
+#define ACC_OUT(i) acc[i] = acc##i;
+
+/* Row i of a block's 16 x 16 sums (sc_c, rows of 16 tokens) scaled into acc<i>: the weight scale
+ * sc_s[i] (and min sc_m[i]) against the tokens' sc_da (and sc_ds). */
+#define SCALE_ROW(i)                                                                                             \
+    acc##i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)sc_c[i])),                       \
+                             _mm512_mul_ps(sc_da, _mm512_set1_ps(sc_s[i])), acc##i);                             \
+    if (mins) acc##i = _mm512_fnmadd_ps(_mm512_set1_ps(sc_m[i]), sc_ds, acc##i);
 
 /* One block's tile product from zero: C = A (16 rows at a, sa bytes apart) times B (at b, rows sb apart) */
 #define tile_product(C, A, B, a, sa, b, sb) \
@@ -430,7 +430,7 @@ INLINE void scale_block(const int32_t c[16][16], const struct panel8 *p, const s
 INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, int mins, __m512 acc[16])
 {
     _Alignas(64) int32_t c0[16][16], c1[16][16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    ACC16(ACC_ZERO)
 #define ISSUE(C, A, B, k)                                                                                        \
     do {                                                                                                         \
         if ((k) < nb) tile_product(C, A, B, p->a + (k) * p->step, p->stride, x->x[k], 64);                       \
@@ -439,12 +439,16 @@ INLINE void tile_int8(const struct panel8 *p, const struct act8 *x, size_t nb, i
     do {                                                                                                         \
         if ((k) < nb) {                                                                                          \
             _tile_stored(C, buf, 64);                                                                            \
-            scale_block((const int32_t(*)[16])buf, p, x, k, mins, acc);                                          \
+            const int32_t(*sc_c)[16] = (const int32_t(*)[16])buf;                                                \
+            const float *sc_s = p->s[k], *sc_m = p->m[k];                                                        \
+            const __m512 sc_da = _mm512_load_ps(x->d[k]), sc_ds = _mm512_load_ps(x->ds[k]);                      \
+            ACC16(SCALE_ROW)                                                                                     \
         }                                                                                                        \
     } while (0)
     PIPELINE_PAIRS(0, 1, 6, 7, 2, 3, 4, 5);
 #undef ISSUE
 #undef SCALE
+    ACC16(ACC_OUT)
 }
 
 /* ---- small batches (at most 16 tokens: batched decoding) ----
@@ -521,36 +525,19 @@ static void pack_act_small(int q8k, int need_sum, const unsigned char *a, size_t
     }
 }
 
-/* Block b's dense sums c (16 rows x tp tokens) scaled into acc[k] (lane l: row 16/tp * k + l / tp,
- * token l % tp); the activations' block is xb. */
-INLINE void scale_small(const int32_t *c, const struct panel8 *p, const struct act_small *x, size_t xb, size_t b,
-                        int mins, int tp, const __m512i rowi[16], __m512i toki, __m512 acc[16])
-{
-    const __m512 da = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->d[xb]));
-    if (tp == 16) { /* a row a vector: its scale broadcast from memory, no permute */
-        _Alignas(64) float sw[16];
-        const float *s = p->s[b];
-        if (p->sw) _mm512_store_ps(sw, rows_f16(p->sw + b * p->sstep, p->sstride)), s = sw;
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
-            acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_set1_ps(s[k])), acc[k]);
-        }
-    } else {
-        const __m512 dw = p->sw ? rows_f16(p->sw + b * p->sstep, p->sstride) : _mm512_load_ps(p->s[b]);
-#pragma GCC unroll 8
-        for (int k = 0; k < tp; k++) {
-            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * k)));
-            acc[k] = _mm512_fmadd_ps(v, _mm512_mul_ps(da, _mm512_permutexvar_ps(rowi[k], dw)), acc[k]);
-        }
+/* Vector i of block k's dense sums (sm_c: 16 rows x tp tokens, lane l: row 16/tp * i + l / tp,
+ * token l % tp) scaled into acc<i>; vectors i >= tp do not exist. The tokens' scales sm_da (and
+ * sm_ds) are spread over the lanes; the rows' weight scales (and block k's mins) are broadcast from
+ * sm_s (and sm_m) for tp = 16, or else permuted from sm_dw (and sm_mw; rowi<i>: each lane's row). */
+#define SMALL_ROW(i)                                                                                             \
+    if ((i) < tp) {                                                                                              \
+        const __m512 sm_v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(sm_c + 16 * (i))));              \
+        const __m512 sm_w = tp == 16 ? _mm512_set1_ps(sm_s[i]) : _mm512_permutexvar_ps(rowi##i, sm_dw);          \
+        acc##i = _mm512_fmadd_ps(sm_v, _mm512_mul_ps(sm_da, sm_w), acc##i);                                      \
+        if (mins)                                                                                                \
+            acc##i = _mm512_fnmadd_ps(tp == 16 ? _mm512_set1_ps(sm_m[i]) : _mm512_permutexvar_ps(rowi##i, sm_mw), \
+                                      sm_ds, acc##i);                                                            \
     }
-    if (mins) {
-        const __m512 ds = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->ds[xb]));
-        const __m512 mw = _mm512_load_ps(p->m[b]);
-#pragma GCC unroll 16
-        for (int k = 0; k < tp; k++) acc[k] = _mm512_fnmadd_ps(_mm512_permutexvar_ps(rowi[k], mw), ds, acc[k]);
-    }
-}
 
 /* The next panel's weights, prefetched in `steps` parts while this one computes */
 struct prefetch {
@@ -578,11 +565,14 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
                             const struct prefetch *pf, __m512 acc[16])
 {
     _Alignas(64) int32_t c[4][16 * 16];
-    __m512i rowi[16];
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i toki = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
-    for (int k = 0; k < tp; k++)
-        rowi[k] = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * k), _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2));
+    const __m512i row0 = _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2);
+#define ACC_IN(i)                                                                                                \
+    __m512 acc##i = acc[i];                                                                                      \
+    const __m512i rowi##i = _mm512_add_epi32(_mm512_set1_epi32(16 / tp * (i)), row0);
+    ACC16(ACC_IN)
+#undef ACC_IN
 #define ISSUE(C, A, B, k)                                                                                        \
     do {                                                                                                         \
         if ((k) < nb) tile_product(C, A, B, p->a + (k) * p->step, p->stride, x->x + 32 * tp * (xb0 + (k)), 4 * tp); \
@@ -596,12 +586,26 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
     } while (0)
 #define SCALEBUF(buf, k)                                                                                         \
     do {                                                                                                         \
-        if ((k) < nb) scale_small(buf, p, x, xb0 + (k), k, mins, tp, rowi, toki, acc);                           \
+        if ((k) < nb) {                                                                                          \
+            const int32_t *sm_c = buf;                                                                           \
+            const size_t sm_xb = xb0 + (k);                                                                      \
+            const __m512 sm_da = _mm512_permutexvar_ps(toki, _mm512_load_ps(x->d[sm_xb]));                       \
+            const __m512 sm_ds = mins ? _mm512_permutexvar_ps(toki, _mm512_load_ps(x->ds[sm_xb])) : sm_da;       \
+            const __m512 sm_mw = mins && tp != 16 ? _mm512_load_ps(p->m[k]) : sm_da;                                         \
+            _Alignas(64) float sm_sw[16];                                                                        \
+            const float *sm_s = p->s[k], *sm_m = p->m[k];                                                        \
+            __m512 sm_dw = sm_da;                                                                                \
+            if (p->sw) sm_dw = rows_f16(p->sw + (k) * p->sstep, p->sstride);                                     \
+            else if (tp != 16) sm_dw = _mm512_load_ps(p->s[k]);                                                  \
+            if (p->sw && tp == 16) _mm512_store_ps(sm_sw, sm_dw), sm_s = sm_sw;                                  \
+            ACC16(SMALL_ROW)                                                                                     \
+        }                                                                                                        \
     } while (0)
     PIPELINE_DEFERRED(0, 1, 2, 3, 4, 5, 6, 7);
 #undef ISSUE
 #undef STORE
 #undef SCALEBUF
+    ACC16(ACC_OUT)
 }
 
 /* acc (dense 16 rows x tp tokens): y[token * ys + row] = (add ? y : 0) + sum, for R rows, T tokens */
@@ -641,9 +645,13 @@ static void gemm_int8_small(enum tensor_type t, size_t n, const unsigned char *w
             for (size_t b0 = 0; b0 < nbk; b0 += AMX_KB) {
                 const size_t nbc = nbk - b0 < AMX_KB ? nbk - b0 : AMX_KB;
                 unpack_rows(t, w, wrb, r, R, k0 + b0, nbc, 1, panel);
-                if (tp == 4) tile_int8_small(panel, act, b0, nbc, mins, 4, &pf, acc);
-                else if (tp == 8) tile_int8_small(panel, act, b0, nbc, mins, 8, &pf, acc);
-                else tile_int8_small(panel, act, b0, nbc, mins, 16, &pf, acc);
+                /* mins and tp as constants: one straight loop each, no branch among the rows */
+                if (tp == 4 && mins) tile_int8_small(panel, act, b0, nbc, 1, 4, &pf, acc);
+                else if (tp == 4) tile_int8_small(panel, act, b0, nbc, 0, 4, &pf, acc);
+                else if (tp == 8 && mins) tile_int8_small(panel, act, b0, nbc, 1, 8, &pf, acc);
+                else if (tp == 8) tile_int8_small(panel, act, b0, nbc, 0, 8, &pf, acc);
+                else if (mins) tile_int8_small(panel, act, b0, nbc, 1, 16, &pf, acc);
+                else tile_int8_small(panel, act, b0, nbc, 0, 16, &pf, acc);
             }
             store_small(acc, tp, k0 > 0, R, (int)n_tok, y + r, ys);
         }
@@ -681,7 +689,8 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
                     const int T = n_tok - jt < AMX_N ? (int)(n_tok - jt) : AMX_N;
                     /* a batch of 1-2 token tiles has too little work to hide the prefetch loop behind */
                     if (ntt > 2) prefetch_part(w + rn * wrb + co, wrb, Rn, cb, tt, ntt);
-                    tile_int8(panel, &acts[tt], nbc, mins, acc);
+                    if (mins) tile_int8(panel, &acts[tt], nbc, 1, acc);
+                    else tile_int8(panel, &acts[tt], nbc, 0, acc);
                     store_tile(acc, b0 > 0, R, T, y + jt * ys + r, ys);
                 }
             }
