@@ -184,6 +184,9 @@ struct panel8 {
      * + i * stride (s is not filled) */
     const unsigned char *sw;
     size_t sstep, sstride;
+    /* Q4_0 whole panels of a small batch (used once): not unpacked here; the tile loop decodes
+     * block b's 16 rows (nibbles at nib + b * 18 + i * sstride) just before its tile product */
+    const unsigned char *nib;
 };
 
 /* Packs tokens [j0, j0 + 16) (those >= n_tok as zeros) of blocks [b0, b0 + nb): per pair of blocks
@@ -309,6 +312,30 @@ static int scale_first(enum tensor_type t)
            t == TENSOR_IQ4_NL;
 }
 
+/* The nibbles of 16 Q4_0 (q4_0 1: centred, q - 8) or Q4_1 rows (the unsigned q) at w0, wrb apart,
+ * nb blocks, into the panel's int8 rows: two blocks a vector (their 16 bytes of nibbles broadcast
+ * to two 128-bit lanes each, the second lane of each shifted right by 4, masked to 0..15), half the
+ * operations of the generic 256-bit decoder. */
+static void unpack_q4_rows(int q4_0, const unsigned char *w0, size_t wrb, size_t nb, struct panel8 *p)
+{
+    const size_t bb = q4_0 ? 18 : 20, qo = q4_0 ? 2 : 4; /* block bytes, where its nibbles start */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(q4_0 ? 8 : 0);
+    const __mmask32 hi_lanes = 0xff00ff00u; /* the 16-bit words of lanes 1 and 3 */
+    for (int i = 0; i < AMX_N; i++) {
+        const unsigned char *row = w0 + (size_t)i * wrb + qo;
+        int8_t *dst = p->q[i][0];
+        for (size_t b = 0; b < nb; b += 2) {
+            const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(row + b * bb));
+            const __m128i q1 = b + 1 < nb ? _mm_loadu_si128((const __m128i *)(const void *)(row + (b + 1) * bb)) : q0;
+            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
+                                           _mm256_broadcastsi128_si256(q1), 1);
+            x = _mm512_sub_epi8(_mm512_and_si512(_mm512_mask_srli_epi16(x, hi_lanes, x, 4), m4), off);
+            if (b + 1 < nb) _mm512_store_si512((void *)(dst + 32 * b), x);
+            else _mm256_store_si256((__m256i *)(void *)(dst + 32 * b), _mm512_castsi512_si256(x));
+        }
+    }
+}
+
 /* Rows [r, r + R) of blocks [b0, b0 + nb) into the panel; rows R..15 are zero. Q8_0 weights of a
  * whole tile of rows are not copied: the tile loads read them in place (34-byte blocks, rows wrb
  * apart). The scales (and mins) of whole panels of the types whose blocks start with them are
@@ -317,11 +344,17 @@ static int scale_first(enum tensor_type t)
 static void unpack_rows(enum tensor_type t, const unsigned char *w, size_t wrb, size_t r, int R, size_t b0, size_t nb,
                         int lazy, struct panel8 *p)
 {
+    p->nib = NULL;
     if (scale_first(t) && R == AMX_N) {
         const size_t bb = tensor_block_bytes(t);
         const unsigned char *w0 = w + r * wrb + b0 * bb;
         if (t == TENSOR_Q8_0) { /* the int8 weights are tiles as they lie */
             p->a = (const int8_t *)(const void *)(w0 + 2), p->stride = wrb, p->step = CPU_Q8_0_BYTES;
+        } else if (t == TENSOR_Q4_0 && lazy) { /* decoded block by block in the tile loop */
+            p->nib = w0 + 2, p->a = NULL, p->stride = 32, p->step = 0;
+        } else if (t == TENSOR_Q4_0 || t == TENSOR_Q4_1) {
+            unpack_q4_rows(t == TENSOR_Q4_0, w0, wrb, nb, p);
+            p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
         } else {
             quants_avx2_unpack_q32_rows(t, w0, wrb, AMX_N, nb, p->q[0][0], sizeof p->q[0]);
             p->a = p->q[0][0], p->stride = sizeof p->q[0], p->step = 32;
@@ -539,6 +572,23 @@ static void pack_act_small(int q8k, int need_sum, const unsigned char *a, size_t
                                       sm_ds, acc##i);                                                            \
     }
 
+/* Block b of a Q4_0 panel left packed (p->nib): its 16 rows' nibbles, centred (q - 8), into dst
+ * (16 rows of 32 int8), two rows a vector. */
+INLINE const int8_t *decode_q4_0_block(const struct panel8 *p, size_t b, int8_t dst[16][32])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(8);
+    const unsigned char *q = p->nib + b * 18;
+    for (int i = 0; i < 16; i += 2) {
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(q + (size_t)i * p->sstride));
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(q + (size_t)(i + 1) * p->sstride));
+        __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
+                                       _mm256_broadcastsi128_si256(q1), 1);
+        x = _mm512_sub_epi8(_mm512_and_si512(_mm512_mask_srli_epi16(x, 0xff00ff00u, x, 4), m4), off);
+        _mm512_store_si512((void *)dst[i], x);
+    }
+    return dst[0];
+}
+
 /* The next panel's weights, prefetched in `steps` parts while this one computes */
 struct prefetch {
     const unsigned char *p;
@@ -565,6 +615,7 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
                             const struct prefetch *pf, __m512 acc[16])
 {
     _Alignas(64) int32_t c[4][16 * 16];
+    _Alignas(64) int8_t ring[4][16][32]; /* decoded Q4_0 blocks (p->nib), block k in ring[k & 3] */
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i toki = _mm512_and_si512(lane, _mm512_set1_epi32(tp - 1));
     const __m512i row0 = _mm512_srli_epi32(lane, tp == 16 ? 4 : tp == 8 ? 3 : 2);
@@ -575,7 +626,9 @@ INLINE void tile_int8_small(const struct panel8 *p, const struct act_small *x, s
 #undef ACC_IN
 #define ISSUE(C, A, B, k)                                                                                        \
     do {                                                                                                         \
-        if ((k) < nb) tile_product(C, A, B, p->a + (k) * p->step, p->stride, x->x + 32 * tp * (xb0 + (k)), 4 * tp); \
+        if ((k) < nb)                                                                                            \
+            tile_product(C, A, B, p->nib ? decode_q4_0_block(p, k, ring[(k) & 3]) : p->a + (k) * p->step,         \
+                         p->stride, x->x + 32 * tp * (xb0 + (k)), 4 * tp);                                       \
     } while (0)
 #define STORE(C, buf, k)                                                                                         \
     do {                                                                                                         \
