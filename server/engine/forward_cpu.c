@@ -48,6 +48,7 @@ struct fwd_cpu {
     float *up;     /* (B, ff) */
     float *rope_cs; /* (B, n_rot / 2, 2) each token's RoPE cos and sin, for every layer of a step */
     void *prep;    /* (B, prepared row of max(d, ff, nq)) */
+    void *prep2;   /* the same: where the gate/up job prepares W_down's activations (swapped with prep) */
     size_t prep_row_max;
     struct fa2_seq *fseqs; /* (B) at most one per token */
     float *fa2_scratch;
@@ -77,6 +78,7 @@ static void cpu_destroy(void *state)
     free(c->up);
     free(c->rope_cs);
     free(c->prep);
+    free(c->prep2);
     free(c->fseqs);
     free(c->fa2_scratch);
     free(c->logits);
@@ -132,8 +134,9 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
     /* a prepared row is at most 4 bytes per element (f32) */
     c->prep_row_max = max3(d, ff, nq) * sizeof(float);
     c->prep = malloc(B * c->prep_row_max);
+    c->prep2 = malloc(B * c->prep_row_max);
     c->fseqs = malloc(B * sizeof *c->fseqs);
-    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->fseqs))
+    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->prep2 || !c->fseqs))
         st = ATTND_ERR_NOMEM;
     if (st) {
         snprintf(why, why_n, "CPU backend: %s", attnd_status_str(st));
@@ -213,7 +216,9 @@ static size_t prepare(struct fwd_cpu *c, enum tensor_type wtype, const float *x,
 /* Up to 3 matrices that read the same prepared activations (Q/K/V, gate/up) in one pool job:
  * each thread takes its share of every matrix's rows, so a step waits at one barrier instead of
  * one per matrix, and the small K/V products are split too. swiglu (gate, up): each thread then
- * applies y0 = silu(y0) * y1 to the rows it computed of both. */
+ * applies y0 = silu(y0) * y1 to the rows it computed of both and, with next_prep, prepares them
+ * at once as the next matrix's activations (next_type's blocks, whole ones: the rows are split on
+ * `align`), while they are in its cache, instead of in a pass of its own after a barrier. */
 #define MM_MAX 3
 struct mm_job {
     int n;
@@ -224,6 +229,10 @@ struct mm_job {
     size_t a_row_bytes, n_tok;
     int swiglu;
     float *const *rows_to; /* (n_tok) or NULL: each thread copies its rows of y[0]'s token t there too */
+    size_t align;          /* rows are split in multiples of this (16, or next_type's block) */
+    void *next_prep;       /* swiglu: (n_tok, next_row_bytes) y0 prepared for next_type, or NULL */
+    enum tensor_type next_type;
+    size_t next_row_bytes;
 };
 
 static void mm_run(void *arg, int ith, int nth)
@@ -232,7 +241,7 @@ static void mm_run(void *arg, int ith, int nth)
     for (int i = 0; i < j->n; i++) {
         const struct model_weight *w = j->w[i];
         size_t r0, r1;
-        split(w->n_out, 16, ith, nth, &r0, &r1);
+        split(w->n_out, j->align, ith, nth, &r0, &r1);
         if (r0 >= r1) continue;
         cpu_gemm(w->type, w->n_in, w->data, w->row_bytes, r0, r1, j->a, j->a_row_bytes, j->n_tok, j->y[i], w->n_out);
         if (j->bias[i])
@@ -242,27 +251,45 @@ static void mm_run(void *arg, int ith, int nth)
     if (j->swiglu) {
         const size_t n_out = j->w[0]->n_out;
         size_t r0, r1;
-        split(n_out, 16, ith, nth, &r0, &r1);
-        for (size_t t = 0; t < j->n_tok && r0 < r1; t++)
+        split(n_out, j->align, ith, nth, &r0, &r1);
+        const size_t blk = tensor_block_elems(j->next_type), off = r0 / blk * tensor_block_bytes(j->next_type);
+        for (size_t t = 0; t < j->n_tok && r0 < r1; t++) {
             cpu_swiglu_row(j->y[0] + t * n_out + r0, j->y[1] + t * n_out + r0, r1 - r0);
+            if (j->next_prep)
+                cpu_prepare_row(j->next_type, j->y[0] + t * n_out + r0, (char *)j->next_prep + t * j->next_row_bytes + off,
+                                r1 - r0);
+        }
     }
     if (j->rows_to) {
         const size_t n_out = j->w[0]->n_out;
         size_t r0, r1;
-        split(n_out, 16, ith, nth, &r0, &r1);
+        split(n_out, j->align, ith, nth, &r0, &r1);
         for (size_t t = 0; t < j->n_tok && r0 < r1; t++)
             memcpy(j->rows_to[t] + r0, j->y[0] + t * n_out + r0, (r1 - r0) * sizeof(float));
     }
 }
 
-/* y[i] (n_tok, w[i]->n_out) = prepared activations · w[i]ᵀ (+ bias[i]) for i < n; see mm_job. */
-static void matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weight *const *w, size_t row_bytes,
-                              size_t n_tok, float *const *y, const float *const *bias, int swiglu,
-                              float *const *rows_to)
+/* y[i] (n_tok, w[i]->n_out) = prepared activations · w[i]ᵀ (+ bias[i]) for i < n; see mm_job.
+ * swiglu_for (gate, up; else NULL): y0 = silu(y0) * y1, the input of that matrix, whose activations
+ * are then prepared in the same job into c->prep2 where its blocks are at most 32 wide (Q8_0 or
+ * f32: 256-wide Q8_K blocks would split the rows unevenly over the threads). Returns the stride
+ * of those prepared rows, or 0 where they were not prepared. */
+static size_t matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weight *const *w, size_t row_bytes,
+                                size_t n_tok, float *const *y, const float *const *bias,
+                                const struct model_weight *swiglu_for, float *const *rows_to)
 {
+    const int swiglu = swiglu_for != NULL;
     ATTND_CHECK(n >= 1 && n <= MM_MAX && (!swiglu || (n == 2 && w[0]->n_out == w[1]->n_out)));
     struct mm_job j = {.n = n, .a = c->prep, .a_row_bytes = row_bytes, .n_tok = n_tok, .swiglu = swiglu,
-                       .rows_to = rows_to};
+                       .rows_to = rows_to, .align = 16};
+    if (swiglu) {
+        uint64_t rb = 0;
+        j.next_type = cpu_vec_dot_type(swiglu_for->type);
+        const size_t blk = tensor_block_elems(j.next_type);
+        tensor_nbytes(j.next_type, w[0]->n_out, &rb);
+        if (blk <= 32 && 32 % blk == 0 && w[0]->n_out % 32 == 0 && rb > 0 && rb <= c->prep_row_max)
+            j.next_prep = c->prep2, j.next_row_bytes = (size_t)rb, j.align = 32;
+    }
     uint64_t macs = 0;
     for (int i = 0; i < n; i++) {
         j.w[i] = w[i];
@@ -273,13 +300,14 @@ static void matmul_prepared_n(struct fwd_cpu *c, int n, const struct model_weigh
     /* below ~256K multiply-adds, waking the workers costs more than it saves */
     if (macs < (1u << 18)) mm_run(&j, 0, 1);
     else tpool_run(c->pool, mm_run, &j);
+    return j.next_prep ? j.next_row_bytes : 0;
 }
 
 /* y (n_tok, n_out) = prepared activations · Wᵀ (+ bias). */
 static void matmul_prepared(struct fwd_cpu *c, const struct model_weight *w, size_t row_bytes, size_t n_tok, float *y,
                             const float *bias)
 {
-    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, 0, NULL);
+    matmul_prepared_n(c, 1, &w, row_bytes, n_tok, &y, &bias, NULL, NULL);
 }
 
 static void matmul(struct fwd_cpu *c, const struct model_weight *w, const float *x, size_t n_tok, float *y,
@@ -391,7 +419,7 @@ static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
         const struct model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {c->q, c->k, c->v};
         const float *b[3] = {L->bq, L->bk, L->bv};
-        matmul_prepared_n(c, 3, w, rb, T, y, b, 0, NULL);
+        matmul_prepared_n(c, 3, w, rb, T, y, b, NULL, NULL);
     } else {
         matmul(c, &L->wq, c->h, T, c->q, L->bq);
         matmul(c, &L->wk, c->h, T, c->k, L->bk);
@@ -444,17 +472,24 @@ static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
 {
     const size_t d = (size_t)c->m->hp.n_embd, ff = (size_t)c->m->hp.n_ff;
     rmsnorm_rows(c, c->h, c->x, L->ffn_norm, T);
+    size_t rb_down = 0; /* W_down's activations prepared by the gate/up job: their stride */
     if (L->w_gate.type == L->w_up.type) { /* gate, up and the SwiGLU in one pool job */
         size_t rb = prepare(c, L->w_gate.type, c->h, d, T);
         const struct model_weight *w[2] = {&L->w_gate, &L->w_up};
         float *y[2] = {c->gate, c->up};
-        matmul_prepared_n(c, 2, w, rb, T, y, NULL, 1, NULL);
+        rb_down = matmul_prepared_n(c, 2, w, rb, T, y, NULL, &L->w_down, NULL);
     } else {
         matmul(c, &L->w_gate, c->h, T, c->gate, NULL);
         matmul(c, &L->w_up, c->h, T, c->up, NULL);
         cpu_swiglu_row(c->gate, c->up, T * ff);
     }
-    matmul(c, &L->w_down, c->gate, T, c->h, NULL);
+    if (rb_down) {
+        void *t = c->prep;
+        c->prep = c->prep2, c->prep2 = t;
+        matmul_prepared(c, &L->w_down, rb_down, T, c->h, NULL);
+    } else {
+        matmul(c, &L->w_down, c->gate, T, c->h, NULL);
+    }
     add_residual(c->x, c->h, T * d);
 }
 
@@ -498,7 +533,7 @@ static void logits(struct fwd_cpu *c, const struct fwd_step *s)
     }
     const struct model_weight *w = &m->output;
     const size_t rb = prepare(c, w->type, c->h, w->n_in, s->n_logit_rows);
-    matmul_prepared_n(c, 1, &w, rb, s->n_logit_rows, &dst, NULL, 0, c->logit_to);
+    matmul_prepared_n(c, 1, &w, rb, s->n_logit_rows, &dst, NULL, NULL, c->logit_to);
 }
 
 static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
