@@ -51,6 +51,7 @@ struct fwd_cpu {
     void *prep2;   /* the same: where the gate/up job prepares W_down's activations (swapped with prep) */
     size_t prep_row_max;
     struct fa2_seq *fseqs; /* (B) at most one per token */
+    int *tok_seq;          /* (B) each token's sequence in the step */
     float *fa2_scratch;
     size_t fa2_scratch_n;
     float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
@@ -80,6 +81,7 @@ static void cpu_destroy(void *state)
     free(c->prep);
     free(c->prep2);
     free(c->fseqs);
+    free(c->tok_seq);
     free(c->fa2_scratch);
     free(c->logits);
     free(c->logit_to);
@@ -136,7 +138,8 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
     c->prep = malloc(B * c->prep_row_max);
     c->prep2 = malloc(B * c->prep_row_max);
     c->fseqs = malloc(B * sizeof *c->fseqs);
-    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->prep2 || !c->fseqs))
+    c->tok_seq = malloc(B * sizeof *c->tok_seq);
+    if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->prep2 || !c->fseqs || !c->tok_seq))
         st = ATTND_ERR_NOMEM;
     if (st) {
         snprintf(why, why_n, "CPU backend: %s", attnd_status_str(st));
@@ -355,6 +358,7 @@ static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, st
     const size_t nq = (size_t)hp->n_head * hp->head_dim, V = (size_t)hp->n_vocab;
     int n_decode = 0;
     for (int i = 0, t = 0; i < s->n_seqs; t += s->seqs[i].n, i++) {
+        for (int k = 0; k < s->seqs[i].n; k++) c->tok_seq[t + k] = i;
         c->fseqs[i] = (struct fa2_seq){.q = c->q + (size_t)t * nq, .out = c->att + (size_t)t * nq,
                                        .n_q = s->seqs[i].n, .pos0 = s->pos[t],
                                        .block_table = kv_seq_block_table(s->seqs[i].kv)};
@@ -428,23 +432,42 @@ static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
 }
 
 /* (qwen3) the q/k head norms, then RoPE on q and k at each token's position; k and v into the
- * paged cache; the query probe. */
-static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
+ * paged cache (each token its own slots); the query probe. Tokens split over the pool from 4 up. */
+struct rope_job {
+    struct fwd_cpu *c;
+    const struct fwd_step *s;
+    int l;
+};
+
+static void rope_store_tokens(struct fwd_cpu *c, const struct fwd_step *s, int l, size_t t0, size_t t1)
 {
     const struct model_hparams *hp = &c->m->hp;
     const size_t nq = (size_t)hp->n_head * hp->head_dim, nkv = kv_width(c->m);
     const struct fwd_probe *pr = s->probe;
-    for (int i = 0, t = 0; i < s->n_seqs; i++)
-        for (int k = 0; k < s->seqs[i].n; k++, t++) {
-            head_norm(c, c->q + (size_t)t * nq, hp->n_head, c->m->layers[l].q_norm);
-            head_norm(c, c->k + (size_t)t * nkv, hp->n_head_kv, c->m->layers[l].k_norm);
-            const float *cs = c->rope_cs + (size_t)t * (size_t)(hp->n_rot / 2) * 2;
-            rope(c, c->q + (size_t)t * nq, hp->n_head, cs);
-            rope(c, c->k + (size_t)t * nkv, hp->n_head_kv, cs);
-            kv_write(s->seqs[i].kv, l, (size_t)s->pos[t], c->k + (size_t)t * nkv, c->v + (size_t)t * nkv);
-            if (pr->q && l == pr->layer)
-                memcpy(pr->q + (size_t)s->pos[t] * nq, c->q + (size_t)t * nq, nq * sizeof(float));
-        }
+    for (size_t t = t0; t < t1; t++) {
+        head_norm(c, c->q + t * nq, hp->n_head, c->m->layers[l].q_norm);
+        head_norm(c, c->k + t * nkv, hp->n_head_kv, c->m->layers[l].k_norm);
+        const float *cs = c->rope_cs + t * (size_t)(hp->n_rot / 2) * 2;
+        rope(c, c->q + t * nq, hp->n_head, cs);
+        rope(c, c->k + t * nkv, hp->n_head_kv, cs);
+        kv_write(s->seqs[c->tok_seq[t]].kv, l, (size_t)s->pos[t], c->k + t * nkv, c->v + t * nkv);
+        if (pr->q && l == pr->layer) memcpy(pr->q + (size_t)s->pos[t] * nq, c->q + t * nq, nq * sizeof(float));
+    }
+}
+
+static void rope_run(void *arg, int ith, int nth)
+{
+    const struct rope_job *j = arg;
+    size_t t0, t1;
+    split((size_t)j->s->n_tokens, 1, ith, nth, &t0, &t1);
+    rope_store_tokens(j->c, j->s, j->l, t0, t1);
+}
+
+static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
+{
+    struct rope_job j = {c, s, l};
+    if (s->n_tokens >= 4) tpool_run(c->pool, rope_run, &j);
+    else rope_run(&j, 0, 1);
 }
 
 /* 2a. x += W_o · FA2(RoPE(q), RoPE(k), v) over each sequence's cache, q/k/v from RMSNorm(x). */
