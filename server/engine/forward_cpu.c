@@ -47,6 +47,7 @@ struct fwd_cpu {
     float *gate;   /* (B, ff) */
     float *up;     /* (B, ff) */
     float *rope_cs; /* (B, n_rot / 2, 2) each token's RoPE cos and sin, for every layer of a step */
+    const float *pending; /* (B, d) a block's output not yet added to x (the next norm_prepare adds it) */
     void *prep;    /* (B, prepared row of max(d, ff, nq)) */
     void *prep2;   /* the same: where the gate/up job prepares W_down's activations (swapped with prep) */
     size_t prep_row_max;
@@ -414,12 +415,61 @@ static void add_residual(float *x, const float *y, size_t n)
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv): one pool job when the three share a type. */
-static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T)
+/* x += c->pending (a block's output, if any), h = RMSNorm(x) * w and, if prep, h prepared for
+ * weights of type wtype, token by token: one pool job from 4 tokens up instead of two passes on
+ * the main thread and a third on the pool. */
+struct norm_job {
+    struct fwd_cpu *c;
+    const float *w;
+    int prep;
+    enum tensor_type wtype;
+    size_t n_tok, row_bytes;
+};
+
+static void norm_run(void *arg, int ith, int nth)
 {
+    const struct norm_job *j = arg;
+    struct fwd_cpu *c = j->c;
     const size_t d = (size_t)c->m->hp.n_embd;
-    if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
-        size_t rb = prepare(c, L->wq.type, c->h, d, T);
+    size_t t0, t1;
+    split(j->n_tok, 1, ith, nth, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        if (c->pending) add_residual(c->x + t * d, c->pending + t * d, d); /* pending may be h: read first */
+        cpu_rmsnorm_row(c->h + t * d, c->x + t * d, j->w, d, c->m->hp.rms_eps);
+        if (j->prep) cpu_prepare_row(j->wtype, c->h + t * d, (char *)c->prep + t * j->row_bytes, d);
+    }
+}
+
+/* Returns the prepared rows' stride (0 without prep). */
+static size_t norm_prepare(struct fwd_cpu *c, const float *w, int prep, enum tensor_type wtype, size_t T)
+{
+    uint64_t rb = 0;
+    if (prep) {
+        tensor_nbytes(cpu_vec_dot_type(wtype), (size_t)c->m->hp.n_embd, &rb);
+        ATTND_CHECK(rb > 0 && rb <= c->prep_row_max);
+    }
+    struct norm_job j = {c, w, prep, wtype, T, (size_t)rb};
+    if (T >= 4) tpool_run(c->pool, norm_run, &j);
+    else norm_run(&j, 0, 1);
+    c->pending = NULL;
+    return (size_t)rb;
+}
+
+/* x += c->pending now (before x is read as it is). */
+static void flush_pending(struct fwd_cpu *c, size_t T)
+{
+    if (c->pending) add_residual(c->x, c->pending, T * (size_t)c->m->hp.n_embd);
+    c->pending = NULL;
+}
+
+/* q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv): one pool job when the three share a type. */
+/* 1 if q, k and v read the same prepared activations (one pool job for the three). */
+static int qkv_shared(const struct model_layer *L) { return L->wq.type == L->wk.type && L->wq.type == L->wv.type; }
+
+/* q, k, v from h; rb: the stride of h prepared for them (qkv_shared), or 0. */
+static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T, size_t rb)
+{
+    if (rb) {
         const struct model_weight *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {c->q, c->k, c->v};
         const float *b[3] = {L->bq, L->bk, L->bv};
@@ -474,11 +524,9 @@ static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
 static void attention_block(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
 {
     const struct model_layer *L = &c->m->layers[l];
-    const size_t T = (size_t)s->n_tokens, d = (size_t)c->m->hp.n_embd,
-                 nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
+    const size_t T = (size_t)s->n_tokens, nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
     const struct fwd_probe *pr = s->probe;
-    rmsnorm_rows(c, c->h, c->x, L->attn_norm, T);
-    qkv(c, L, T);
+    qkv(c, L, T, norm_prepare(c, L->attn_norm, qkv_shared(L), L->wq.type, T));
     rope_store(c, s, l);
     fa->k = kv_k_base(s->kv, l);
     fa->v = kv_v_base(s->kv, l);
@@ -487,17 +535,17 @@ static void attention_block(struct fwd_cpu *c, const struct fwd_step *s, int l, 
         for (size_t t = 0; t < T; t++)
             memcpy(pr->att + (size_t)s->pos[t] * nq, c->att + t * nq, nq * sizeof(float));
     matmul(c, &L->wo, c->att, T, c->h, NULL);
-    add_residual(c->x, c->h, T * d);
+    c->pending = c->h; /* x += h in the next norm_prepare */
 }
 
 /* 2b. x += W_down · (silu(W_gate·h) ⊙ W_up·h), h = RMSNorm(x). */
 static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
 {
-    const size_t d = (size_t)c->m->hp.n_embd, ff = (size_t)c->m->hp.n_ff;
-    rmsnorm_rows(c, c->h, c->x, L->ffn_norm, T);
+    const size_t ff = (size_t)c->m->hp.n_ff;
+    const int shared = L->w_gate.type == L->w_up.type;
+    const size_t rb = norm_prepare(c, L->ffn_norm, shared, L->w_gate.type, T);
     size_t rb_down = 0; /* W_down's activations prepared by the gate/up job: their stride */
-    if (L->w_gate.type == L->w_up.type) { /* gate, up and the SwiGLU in one pool job */
-        size_t rb = prepare(c, L->w_gate.type, c->h, d, T);
+    if (shared) { /* gate, up and the SwiGLU in one pool job */
         const struct model_weight *w[2] = {&L->w_gate, &L->w_up};
         float *y[2] = {c->gate, c->up};
         rb_down = matmul_prepared_n(c, 2, w, rb, T, y, NULL, &L->w_down, NULL);
@@ -513,7 +561,7 @@ static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
     } else {
         matmul(c, &L->w_down, c->gate, T, c->h, NULL);
     }
-    add_residual(c->x, c->h, T * d);
+    c->pending = c->h; /* x += h in the next norm_prepare */
 }
 
 /* The residual-stream probe: the stream after layer l at the probed position. */
@@ -569,8 +617,10 @@ static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
     for (int l = 0; l < c->m->hp.n_layer; l++) {
         attention_block(c, s, l, &fa);
         mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
+        if (s->probe->resid) flush_pending(c, (size_t)s->n_tokens);
         probe_resid(c, s, l);
     }
+    flush_pending(c, (size_t)s->n_tokens);
     if (s->n_logit_rows) logits(c, s);
     for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
     return ATTND_OK;
