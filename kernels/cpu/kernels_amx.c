@@ -312,24 +312,30 @@ static int scale_first(enum tensor_type t)
            t == TENSOR_IQ4_NL;
 }
 
+/* Two 32-blocks' worth of 4-bit weights, 16 bytes of nibbles each (q0, q1), as 64 int8 minus off:
+ * each block's bytes broadcast to two 128-bit lanes, the second one shifted right by 4, masked to
+ * 0..15 (low nibbles: the block's weights 0..15, high: 16..31). */
+INLINE __m512i nibbles_2x16(__m128i q0, __m128i q1, __m512i off)
+{
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
+                                         _mm256_broadcastsi128_si256(q1), 1);
+    return _mm512_sub_epi8(_mm512_and_si512(_mm512_mask_srli_epi16(x, 0xff00ff00u, x, 4), _mm512_set1_epi8(0x0f)), off);
+}
+
 /* The nibbles of 16 Q4_0 (q4_0 1: centred, q - 8) or Q4_1 rows (the unsigned q) at w0, wrb apart,
- * nb blocks, into the panel's int8 rows: two blocks a vector (their 16 bytes of nibbles broadcast
- * to two 128-bit lanes each, the second lane of each shifted right by 4, masked to 0..15), half the
- * operations of the generic 256-bit decoder. */
+ * nb blocks, into the panel's int8 rows: two blocks a vector (nibbles_2x16), half the operations
+ * of the generic 256-bit decoder. */
 static void unpack_q4_rows(int q4_0, const unsigned char *w0, size_t wrb, size_t nb, struct panel8 *p)
 {
     const size_t bb = q4_0 ? 18 : 20, qo = q4_0 ? 2 : 4; /* block bytes, where its nibbles start */
-    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(q4_0 ? 8 : 0);
-    const __mmask32 hi_lanes = 0xff00ff00u; /* the 16-bit words of lanes 1 and 3 */
+    const __m512i off = _mm512_set1_epi8(q4_0 ? 8 : 0);
     for (int i = 0; i < AMX_N; i++) {
         const unsigned char *row = w0 + (size_t)i * wrb + qo;
         int8_t *dst = p->q[i][0];
         for (size_t b = 0; b < nb; b += 2) {
             const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(row + b * bb));
             const __m128i q1 = b + 1 < nb ? _mm_loadu_si128((const __m128i *)(const void *)(row + (b + 1) * bb)) : q0;
-            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
-                                           _mm256_broadcastsi128_si256(q1), 1);
-            x = _mm512_sub_epi8(_mm512_and_si512(_mm512_mask_srli_epi16(x, hi_lanes, x, 4), m4), off);
+            const __m512i x = nibbles_2x16(q0, q1, off);
             if (b + 1 < nb) _mm512_store_si512((void *)(dst + 32 * b), x);
             else _mm256_store_si256((__m256i *)(void *)(dst + 32 * b), _mm512_castsi512_si256(x));
         }
@@ -576,15 +582,12 @@ static void pack_act_small(int q8k, int need_sum, const unsigned char *a, size_t
  * (16 rows of 32 int8), two rows a vector. */
 INLINE const int8_t *decode_q4_0_block(const struct panel8 *p, size_t b, int8_t dst[16][32])
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(8);
+    const __m512i off = _mm512_set1_epi8(8);
     const unsigned char *q = p->nib + b * 18;
     for (int i = 0; i < 16; i += 2) {
         const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(q + (size_t)i * p->sstride));
         const __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(q + (size_t)(i + 1) * p->sstride));
-        __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(q0)),
-                                       _mm256_broadcastsi128_si256(q1), 1);
-        x = _mm512_sub_epi8(_mm512_and_si512(_mm512_mask_srli_epi16(x, 0xff00ff00u, x, 4), m4), off);
-        _mm512_store_si512((void *)dst[i], x);
+        _mm512_store_si512((void *)dst[i], nibbles_2x16(q0, q1, off));
     }
     return dst[0];
 }
