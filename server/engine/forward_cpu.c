@@ -462,11 +462,11 @@ static void flush_pending(struct fwd_cpu *c, size_t T)
     c->pending = NULL;
 }
 
-/* q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv): one pool job when the three share a type. */
 /* 1 if q, k and v read the same prepared activations (one pool job for the three). */
 static int qkv_shared(const struct model_layer *L) { return L->wq.type == L->wk.type && L->wq.type == L->wv.type; }
 
-/* q, k, v from h; rb: the stride of h prepared for them (qkv_shared), or 0. */
+/* q, k, v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv); rb: the stride of h as norm_prepare prepared it for
+ * the three (qkv_shared: one pool job), or 0 (each matrix prepares h itself). */
 static void qkv(struct fwd_cpu *c, const struct model_layer *L, size_t T, size_t rb)
 {
     if (rb) {
