@@ -194,15 +194,11 @@ INLINE void gemm_float_toks(int wt, size_t n, const void *w, size_t wrb, size_t 
     }
 }
 
+/* 2+ tokens (one token: KERNELS_FLOAT_ENTRIES's rows of dot_float, the 4-accumulator dot) */
 INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                        size_t n_tok, float *y, size_t ys)
 {
-    const unsigned char *pw = w, *pa = a;
-    if (n_tok == 1) {
-        /* matrix-vector: one row at a time with the 4-accumulator dot */
-        for (size_t r = r0; r < r1; r++) y[r] = dot_float(wt, n, pw + r * wrb, pa);
-        return;
-    }
+    const unsigned char *pa = a;
     /* more tokens in passes of GEMM_TOKS: 512 tokens' chunk (2 MiB) would come from L3 for every
      * 3-row panel (F16 pp512 ran 22 % slower per token than pp128 on the AVX2 path) */
     for (size_t j0 = 0; j0 < n_tok; j0 += GEMM_TOKS)

@@ -103,14 +103,11 @@ INLINE void tile_float_rt(int wt, int R, int T, size_t n, const unsigned char *w
     }
 }
 
+/* 2+ tokens (one token: KERNELS_FLOAT_ENTRIES's rows of dot_float) */
 INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                        size_t n_tok, float *y, size_t ys)
 {
     const unsigned char *pw = w, *pa = a;
-    if (n_tok == 1) {
-        for (size_t r = r0; r < r1; r++) y[r] = dot_float(wt, n, pw + r * wrb, pa);
-        return;
-    }
     for (size_t r = r0; r < r1; r += 2) {
         int R = r + 1 < r1 ? 2 : 1;
         for (size_t j = 0; j < n_tok; j += 4) {

@@ -83,25 +83,35 @@ INLINE float scale_w(int q4, const unsigned char *row, size_t b)
 }
 
 /* Defines cpu_<isa>_vec_dot_{f32,f16,bf16} and cpu_<isa>_gemm_{f32,f16,bf16} (declared in
- * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...). */
+ * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...)
+ * (2+ tokens; one token is a row of dot_float per output). */
 #define KERNELS_FLOAT_ENTRIES(isa)                                                                          \
+    static void gemm_float_any(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, \
+                               size_t arb, size_t n_tok, float *y, size_t ys)                                 \
+    {                                                                                                          \
+        if (n_tok != 1) {                                                                                      \
+            gemm_float(wt, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
+            return;                                                                                            \
+        }                                                                                                      \
+        for (size_t r = r0; r < r1; r++) y[r] = dot_float(wt, n, (const unsigned char *)w + r * wrb, a);      \
+    }                                                                                                          \
     float cpu_##isa##_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); } \
     float cpu_##isa##_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); } \
     float cpu_##isa##_vec_dot_bf16(size_t n, const void *w, const void *a) { return dot_float(WT_BF16, n, w, a); } \
     void cpu_##isa##_gemm_f32(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb, \
                               size_t n_tok, float *y, size_t ys)                                              \
     {                                                                                                          \
-        gemm_float(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
+        gemm_float_any(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                       \
     }                                                                                                          \
     void cpu_##isa##_gemm_f16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb, \
                               size_t n_tok, float *y, size_t ys)                                              \
     {                                                                                                          \
-        gemm_float(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
+        gemm_float_any(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                       \
     }                                                                                                          \
     void cpu_##isa##_gemm_bf16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,        \
                                size_t arb, size_t n_tok, float *y, size_t ys)                                 \
     {                                                                                                          \
-        gemm_float(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                          \
+        gemm_float_any(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                      \
     }
 
 /* Defines cpu_<isa>_gemm_{q8_0,q4_0} over the including file's gemm_quant(q4, ...). */
