@@ -125,6 +125,11 @@ static void ref_swiglu_row(float *g, const float *u, size_t n)
     for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void ref_add_row(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
 static size_t ref_find_nonfinite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -270,6 +275,7 @@ struct kernel_set {
     size_t (*find_nonfinite)(const float *x, size_t n);
     void (*swiglu)(float *g, const float *u, size_t n);
     void (*rmsnorm)(float *out, const float *x, const float *w, size_t n, float eps);
+    void (*add)(float *x, const float *y, size_t n);
 };
 
 static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
@@ -281,7 +287,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         ref_argmax,
                         ref_find_nonfinite,
                         ref_swiglu_row,
-                        ref_rmsnorm_row},
+                        ref_rmsnorm_row,
+                        ref_add_row},
     [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
                        cpu_avx2_vec_dot_q4_0},
                       {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
@@ -292,7 +299,8 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                       cpu_avx2_argmax,
                       cpu_avx2_find_nonfinite,
                       cpu_avx2_swiglu_row,
-                      cpu_avx2_rmsnorm_row},
+                      cpu_avx2_rmsnorm_row,
+                      cpu_avx2_add_row},
     [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
                          cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
                         {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
@@ -302,8 +310,9 @@ static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX
                         cpu_avx512_f32_to_f16_row,
                         cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
                         cpu_avx2_find_nonfinite,
-                        cpu_avx2_swiglu_row,
-                        cpu_avx2_rmsnorm_row},
+                        cpu_avx512_swiglu_row,
+                        cpu_avx2_rmsnorm_row,
+                        cpu_avx2_add_row}, /* memory-bound */
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -488,6 +497,8 @@ size_t cpu_find_nonfinite(const float *x, size_t n) { return active()->find_nonf
 size_t cpu_find_nonfinite_ref(const float *x, size_t n) { return ref_find_nonfinite(x, n); }
 void cpu_swiglu_row(float *g, const float *u, size_t n) { active()->swiglu(g, u, n); }
 void cpu_swiglu_row_ref(float *g, const float *u, size_t n) { ref_swiglu_row(g, u, n); }
+void cpu_add_row(float *x, const float *y, size_t n) { active()->add(x, y, n); }
+void cpu_add_row_ref(float *x, const float *y, size_t n) { ref_add_row(x, y, n); }
 void cpu_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
 {
     active()->rmsnorm(out, x, w, n, eps);

@@ -54,6 +54,9 @@ size_t cpu_find_nonfinite_ref(const float *x, size_t n);
  * polynomial exp: within 1e-6 relative of the reference. */
 void cpu_swiglu_row(float *g, const float *u, size_t n);
 void cpu_swiglu_row_ref(float *g, const float *u, size_t n);
+/* x[i] += y[i] (x and y do not overlap): the same sums as the scalar loop. */
+void cpu_add_row(float *x, const float *y, size_t n);
+void cpu_add_row_ref(float *x, const float *y, size_t n);
 /* RMSNorm: out[i] = x[i] * w[i] / sqrt(mean(x^2) + eps), the sum of squares in double (out may be x).
  * The SIMD versions sum in another order: the same result within float rounding. */
 void cpu_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps);

@@ -62,8 +62,11 @@ size_t cpu_avx2_find_nonfinite(const float *x, size_t n);
 void cpu_avx2_swiglu_row(float *g, const float *u, size_t n);
 /* cpu_rmsnorm_row_ref with the squares summed in 4 double lanes. */
 void cpu_avx2_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps);
+void cpu_avx2_add_row(float *x, const float *y, size_t n);
 
 /* ---- AVX-512 F/BW/VL/DQ (kernels_avx512.c) ---- */
+/* cpu_swiglu_row_ref within 1e-6 relative: e^-g as 2^n p(r) (vscalefps), 16 lanes. */
+void cpu_avx512_swiglu_row(float *g, const float *u, size_t n);
 float cpu_avx512_vec_dot_f32(size_t n, const void *w, const void *a);
 float cpu_avx512_vec_dot_f16(size_t n, const void *w, const void *a);
 float cpu_avx512_vec_dot_bf16(size_t n, const void *w, const void *a);

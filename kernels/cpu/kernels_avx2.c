@@ -793,6 +793,13 @@ void cpu_avx2_swiglu_row(float *g, const float *u, size_t n)
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+void cpu_avx2_add_row(float *x, const float *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) x[i] += y[i];
+}
+
 void cpu_avx2_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float eps)
 {
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;

@@ -250,7 +250,7 @@ static void mm_run(void *arg, int ith, int nth)
         cpu_gemm(w->type, w->n_in, w->data, w->row_bytes, r0, r1, j->a, j->a_row_bytes, j->n_tok, j->y[i], w->n_out);
         if (j->bias[i])
             for (size_t t = 0; t < j->n_tok; t++)
-                for (size_t r = r0; r < r1; r++) j->y[i][t * w->n_out + r] += j->bias[i][r];
+                cpu_add_row(j->y[i] + t * w->n_out + r0, j->bias[i] + r0, r1 - r0);
     }
     if (j->swiglu) {
         const size_t n_out = j->w[0]->n_out;
@@ -410,11 +410,6 @@ static void rmsnorm_rows(const struct fwd_cpu *c, float *out, const float *x, co
     for (size_t t = 0; t < n_rows; t++) cpu_rmsnorm_row(out + t * d, x + t * d, w, d, c->m->hp.rms_eps);
 }
 
-static void add_residual(float *x, const float *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
-
 /* x += c->pending (a block's output, if any), h = RMSNorm(x) * w and, if prep, h prepared for
  * weights of type wtype, token by token: one pool job from 4 tokens up instead of two passes on
  * the main thread and a third on the pool. */
@@ -434,7 +429,7 @@ static void norm_run(void *arg, int ith, int nth)
     size_t t0, t1;
     split(j->n_tok, 1, ith, nth, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        if (c->pending) add_residual(c->x + t * d, c->pending + t * d, d); /* pending may be h: read first */
+        if (c->pending) cpu_add_row(c->x + t * d, c->pending + t * d, d); /* pending may be h: read first */
         cpu_rmsnorm_row(c->h + t * d, c->x + t * d, j->w, d, c->m->hp.rms_eps);
         if (j->prep) cpu_prepare_row(j->wtype, c->h + t * d, (char *)c->prep + t * j->row_bytes, d);
     }
@@ -458,7 +453,7 @@ static size_t norm_prepare(struct fwd_cpu *c, const float *w, int prep, enum ten
 /* x += c->pending now (before x is read as it is). */
 static void flush_pending(struct fwd_cpu *c, size_t T)
 {
-    if (c->pending) add_residual(c->x, c->pending, T * (size_t)c->m->hp.n_embd);
+    if (c->pending) cpu_add_row(c->x, c->pending, T * (size_t)c->m->hp.n_embd);
     c->pending = NULL;
 }
 

@@ -489,6 +489,33 @@ static void test_bf16(void)
 
 /* The SwiGLU gate against its scalar reference on every ISA: lengths 0..40 (tails) and 4864, gate
  * values from -100 to 100 (e^-g past the float range both ways), zeros, NaN kept NaN. */
+/* x += y: every ISA's sums are the scalar loop's, bit for bit, on lengths around the vector widths. */
+static void test_add_row(enum cpu_isa max_isa)
+{
+    enum { N = 4864 };
+    float *x = t_xmalloc(N * sizeof(float)), *y = t_xmalloc(N * sizeof(float));
+    float *got = t_xmalloc(N * sizeof(float)), *ref = t_xmalloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (float)((double)(rnd_u64() % 2000001) / 1e3 - 1e3);
+        y[i] = (float)((double)(rnd_u64() % 2000001) / 1e6 - 1.0);
+    }
+    x[3] = INFINITY, y[4] = NAN;
+    for (int isa = 0; isa <= (int)max_isa; isa++) {
+        cpu_kernels_set_isa((enum cpu_isa)isa);
+        int bad = 0;
+        for (size_t n = 0; n <= 41; n++) {
+            const size_t len = n <= 40 ? n : N;
+            memcpy(got, x, len * sizeof(float));
+            memcpy(ref, x, len * sizeof(float));
+            cpu_add_row(got, y, len);
+            cpu_add_row_ref(ref, y, len);
+            bad += memcmp(got, ref, len * sizeof(float)) != 0;
+        }
+        T_CHECK(bad == 0, "%s add_row: %d lengths differ from the scalar sums", cpu_isa_name((enum cpu_isa)isa), bad);
+    }
+    free(x), free(y), free(got), free(ref);
+}
+
 static void test_swiglu(enum cpu_isa max_isa)
 {
     enum { N = 4864 };
@@ -807,6 +834,7 @@ int main(void)
     test_rows(max_isa);
     test_scans(max_isa);
     test_swiglu(max_isa);
+    test_add_row(max_isa);
     test_rmsnorm(max_isa);
     test_quantize_q8_0(max_isa);
     test_q4_0_layout(max_isa);
