@@ -201,7 +201,7 @@ static void bench_prefill(struct tpool *pool, int threads, int reps)
     double best;
     const double ms = time_attend(pool, &a, &k, &v, 1, reps, &best);
     const double flops = 4.0 * D * H * ((double)T * (T + 1) / 2);
-    printf("\n## FA2 prefill (CPU kernel %s, %d threads, F16 KV, causal; median of %d)\n\n", fa2_variant_name(D),
+    printf("\n## FA2 prefill (CPU kernel %s, %d threads, F16 KV, causal; median of %d)\n\n", fa2_variant_name(D, FA2_PREFILL),
            threads, reps);
     printf("| query tokens | head dim | q/kv heads |     ms | GFLOP/s | best ms | best GFLOP/s |\n");
     printf("|-------------:|---------:|-----------:|-------:|--------:|--------:|-------------:|\n");

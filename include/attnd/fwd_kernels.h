@@ -10,7 +10,7 @@
 #define FWD_KERNEL_FAMILIES 3 /* matvec (1 token), batch (2-32), gemm (more) */
 struct fwd_kernels {
     char cpu[64], isa[16], chosen_by[16]; /* chosen_by: "measured", "cached" or "rules" */
-    char fa2[16];                         /* the attention kernel */
+    char fa2_prefill[16], fa2_decode[16]; /* the attention kernel of each phase */
     const char *family[FWD_KERNEL_FAMILIES];
     int n_types;
     struct {

@@ -294,8 +294,8 @@ static void run_with(const struct fa2_args *a, int ith, int nth, fa2_job_fn fn, 
 
 static const fa2_job_fn g_jobs[FA2_N_VARIANTS] = {scalar_job, fa2_avx2_job, fa2_avx512_job};
 static const char *const g_var_names[FA2_N_VARIANTS] = {"scalar", "avx2", "avx512"};
-/* the measured choice per head size: variant + 1, 0 for none */
-static atomic_uchar g_choice[FA2_MAX_HEAD_DIM + 1];
+/* the measured choice per phase and head size: variant + 1, 0 for none */
+static atomic_uchar g_choice[FA2_N_PHASES][FA2_MAX_HEAD_DIM + 1];
 
 const char *fa2_variant_str(enum fa2_variant v) { return (unsigned)v < FA2_N_VARIANTS ? g_var_names[v] : "unknown"; }
 
@@ -319,22 +319,27 @@ static enum fa2_variant rule(int head_dim)
     return FA2_VAR_SCALAR;
 }
 
-enum fa2_variant fa2_variant_of(int head_dim)
+enum fa2_variant fa2_variant_of(int head_dim, enum fa2_phase ph)
 {
-    if (head_dim >= 1 && head_dim <= FA2_MAX_HEAD_DIM) {
-        const int c = atomic_load_explicit(&g_choice[head_dim], memory_order_relaxed);
+    if (head_dim >= 1 && head_dim <= FA2_MAX_HEAD_DIM && (unsigned)ph < FA2_N_PHASES) {
+        const int c = atomic_load_explicit(&g_choice[ph][head_dim], memory_order_relaxed);
         if (c && fa2_variant_available((enum fa2_variant)(c - 1), head_dim)) return (enum fa2_variant)(c - 1);
     }
     return rule(head_dim);
 }
 
-static fa2_job_fn pick_job(const struct fa2_args *a) { return g_jobs[fa2_variant_of(a->head_dim)]; }
+/* The chosen kernel for the job's head size and phase. */
+static void chosen_job(const struct fa2_job *j)
+{
+    g_jobs[fa2_variant_of(j->head_dim, j->n_tok > 1 ? FA2_PREFILL : FA2_DECODE)](j);
+}
 
-const char *fa2_variant_name(int head_dim) { return g_var_names[fa2_variant_of(head_dim)]; }
+const char *fa2_variant_name(int head_dim, enum fa2_phase ph) { return g_var_names[fa2_variant_of(head_dim, ph)]; }
 
 void fa2_forget(void)
 {
-    for (int d = 0; d <= FA2_MAX_HEAD_DIM; d++) atomic_store(&g_choice[d], 0);
+    for (int p = 0; p < FA2_N_PHASES; p++)
+        for (int d = 0; d <= FA2_MAX_HEAD_DIM; d++) atomic_store(&g_choice[p][d], 0);
 }
 
 static double now_s(void)
@@ -360,11 +365,11 @@ static double time_job(const struct fa2_args *a, fa2_job_fn fn)
 #define TUNE_PREFILL 64 /* query tokens of the prefill problem */
 #define TUNE_CTX 512    /* keys of the decode problem */
 
-enum fa2_variant fa2_tune(int head_dim, int n_head, int n_head_kv)
+void fa2_tune(int head_dim, int n_head, int n_head_kv)
 {
     if (head_dim < 1 || head_dim > FA2_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv ||
-        atomic_load(&g_choice[head_dim]))
-        return fa2_variant_of(head_dim);
+        atomic_load(&g_choice[FA2_PREFILL][head_dim]))
+        return;
     /* a pool of F16 keys and values with small pseudo-random values, a prefill of TUNE_PREFILL
      * tokens from position 0 and a decode token at position TUNE_CTX - 1 */
     const int n_blocks = TUNE_CTX / FA2_BLOCK;
@@ -375,7 +380,7 @@ enum fa2_variant fa2_tune(int head_dim, int n_head, int n_head_kv)
     int32_t *table = malloc((size_t)n_blocks * sizeof(int32_t));
     if (!kv || !q || !out || !table) {
         free(kv), free(q), free(out), free(table);
-        return fa2_variant_of(head_dim);
+        return;
     }
     uint32_t x = 12345;
     for (size_t i = 0; i < 2 * pool; i++) {
@@ -392,30 +397,22 @@ enum fa2_variant fa2_tune(int head_dim, int n_head, int n_head_kv)
     struct fa2_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .kv_type = TENSOR_F16,
                          .k = kv, .v = kv + pool, .n_blocks = n_blocks, .scale = 1.0f / sqrtf((float)head_dim),
                          .n_split = 1};
-    double t[FA2_N_VARIANTS][2], best[2] = {1e30, 1e30};
-    for (int v = 0; v < FA2_N_VARIANTS; v++) {
-        if (!fa2_variant_available((enum fa2_variant)v, head_dim)) continue;
-        for (int k = 0; k < 2; k++) {
-            a.seqs = k ? &decode : &prefill, a.n_seqs = 1;
-            t[v][k] = time_job(&a, g_jobs[v]);
-            if (t[v][k] < best[k]) best[k] = t[v][k];
+    for (int ph = FA2_N_PHASES - 1; ph >= 0; ph--) { /* decode first: prefill's choice marks the tune done */
+        a.seqs = ph == FA2_DECODE ? &decode : &prefill, a.n_seqs = 1;
+        enum fa2_variant pick = rule(head_dim);
+        double best = 1e30;
+        for (int v = 0; v < FA2_N_VARIANTS; v++) {
+            if (!fa2_variant_available((enum fa2_variant)v, head_dim)) continue;
+            const double t = time_job(&a, g_jobs[v]);
+            if (t < best) best = t, pick = (enum fa2_variant)v;
         }
+        atomic_store(&g_choice[ph][head_dim], (unsigned char)(pick + 1));
     }
-    /* the least of prefill and decode time, each relative to its fastest variant */
-    enum fa2_variant pick = rule(head_dim);
-    double pick_cost = 1e30;
-    for (int v = 0; v < FA2_N_VARIANTS; v++) {
-        if (!fa2_variant_available((enum fa2_variant)v, head_dim)) continue;
-        const double cost = t[v][0] / best[0] + t[v][1] / best[1];
-        if (cost < pick_cost) pick_cost = cost, pick = (enum fa2_variant)v;
-    }
-    atomic_store(&g_choice[head_dim], (unsigned char)(pick + 1));
     free(kv), free(q), free(out), free(table);
-    return pick;
 }
 
 /* Thread ith's share of the batch with the selected ISA's kernel. */
-void fa2_run(const struct fa2_args *a, int ith, int nth) { run_with(a, ith, nth, pick_job(a), NULL); }
+void fa2_run(const struct fa2_args *a, int ith, int nth) { run_with(a, ith, nth, chosen_job, NULL); }
 
 /* ================================================================ reduce */
 
@@ -491,7 +488,7 @@ static void attend_reduce_cb(void *arg, int ith, int nth)
  * current item, not a whole share. */
 void fa2_attend(struct tpool *pool, const struct fa2_args *a)
 {
-    struct attend_ctx c = {.a = *a, .fn = pick_job(a)};
+    struct attend_ctx c = {.a = *a, .fn = chosen_job};
     atomic_init(&c.next, 0);
     tpool_run(pool, attend_run_cb, &c);
     if (fa2_needs_reduce(a)) tpool_run(pool, attend_reduce_cb, &c);

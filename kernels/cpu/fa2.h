@@ -82,21 +82,22 @@ int fa2_needs_reduce(const struct fa2_args *a);
  * has returned; split decode sequences then need fa2_reduce(). Reads q, k, v and the block
  * tables; writes only out and scratch. Uses about 50 KiB of the calling thread's stack. */
 void fa2_run(const struct fa2_args *a, int ith, int nth);
-/* The job kernels side by side. Each head size runs the one fa2_tune() measured fastest for it, or
- * by rule the widest the ISA cap allows (AVX2 needs head_dim % 8 == 0); a choice the cap no
- * longer allows falls back to the rule. */
+/* The job kernels side by side. Each head size and phase (a job of several query tokens: prefill;
+ * of one: decode) runs the one fa2_tune() measured fastest for it, or by rule the widest the ISA
+ * cap allows (AVX2 needs head_dim % 8 == 0); a choice the cap no longer allows falls back to the
+ * rule. */
 enum fa2_variant { FA2_VAR_SCALAR, FA2_VAR_AVX2, FA2_VAR_AVX512, FA2_N_VARIANTS };
+enum fa2_phase { FA2_PREFILL, FA2_DECODE, FA2_N_PHASES };
 int fa2_variant_available(enum fa2_variant v, int head_dim);
-enum fa2_variant fa2_variant_of(int head_dim);
+enum fa2_variant fa2_variant_of(int head_dim, enum fa2_phase ph);
 const char *fa2_variant_str(enum fa2_variant v);
-/* The kernel fa2_run uses for heads of head_dim: "scalar", "avx2" or "avx512". */
-const char *fa2_variant_name(int head_dim);
-/* Times every available variant on one thread, on a 64-token prefill and a decode token over 512
- * keys of this head shape (F16 pool, best of 5 each; some milliseconds), and makes the one with
- * the least sum of the two times, each relative to the fastest, the choice for head_dim: on the
- * Xeon measured the AVX2 kernel beat the AVX-512 one at prefill. Once per head size and process;
- * returns the choice. Thread-safe. */
-enum fa2_variant fa2_tune(int head_dim, int n_head, int n_head_kv);
+/* The kernel fa2_run uses for heads of head_dim in phase ph: "scalar", "avx2" or "avx512". */
+const char *fa2_variant_name(int head_dim, enum fa2_phase ph);
+/* Times every available variant on one thread, on a 64-token prefill and on a decode token over
+ * 512 keys of this head shape (F16 pool, best of 5 each; some milliseconds), and makes the fastest
+ * at each the choice for that phase and head_dim (on the Xeon of the README, head_dim 64: the
+ * AVX-512 kernel at prefill, the AVX2 one at decode). Once per head size and process. Thread-safe. */
+void fa2_tune(int head_dim, int n_head, int n_head_kv);
 /* Drops the measured choices (the rule again). For tests. */
 void fa2_forget(void);
 

@@ -30,6 +30,7 @@
  * The unit is configured (ldtilecfg) at the start of each call and released at its end, so a
  * call leaves no tile state behind on the thread. */
 #include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/kernels_simd512.h"
 
 #include <assert.h>
 #include <immintrin.h>
@@ -88,36 +89,6 @@ static void config_bf16(void)
 }
 
 /* ================================================================ shared helpers */
-
-/* r[i] (row i of a 16 x 16 matrix of 32-bit values) becomes column i. */
-INLINE void transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16], w[4][4];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int j = 0; j < 4; j++) { /* u[4j + c], lane l: column 4l + c of rows 4j..4j+3 */
-        const __m512d a = _mm512_castps_pd(t[4 * j]), b = _mm512_castps_pd(t[4 * j + 2]);
-        const __m512d c = _mm512_castps_pd(t[4 * j + 1]), d = _mm512_castps_pd(t[4 * j + 3]);
-        u[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int c = 0; c < 4; c++) {
-        w[c][0] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        w[c][1] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
-        w[c][2] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        w[c][3] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm512_shuffle_f32x4(w[c][0], w[c][2], 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(w[c][0], w[c][2], 0xdd);
-        r[8 + c] = _mm512_shuffle_f32x4(w[c][1], w[c][3], 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(w[c][1], w[c][3], 0xdd);
-    }
-}
 
 /* acc[row] holds 16 tokens of one weight row: y[token * ys + row] = (add ? y : 0) + acc, for the
  * R rows and T tokens that exist. */

@@ -9,6 +9,7 @@
  * w < 0 (for w == 0 the product with |w| = 0 is 0 either way). */
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
+#include "kernels/cpu/kernels_simd512.h"
 
 #include "attnd/tensor.h"
 
@@ -281,23 +282,6 @@ void cpu_avx512_f32_to_f16_row(const float *src, uint16_t *dst, size_t n)
         __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT);
         _mm256_mask_storeu_epi16(dst + i, m, h);
     }
-}
-
-/* e^t for 16 lanes: t clamped to [-100, 100] (beyond, the float result is 0 or infinity anyway;
- * NaN becomes -100, the caller's own NaN carries through), t = n ln2 + r with |r| <= ln2/2 (ln2 in
- * two parts), the degree-6 Taylor polynomial of e^r (relative error below 2e-7), and 2^n applied by
- * vscalefps, which saturates to 0 or infinity without an exponent-field overflow. */
-INLINE __m512 exp16(__m512 t)
-{
-    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-100.0f)), _mm512_set1_ps(100.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), t);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
-    static const float c[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    __m512 p = _mm512_set1_ps(c[0]);
-    for (int k = 1; k < 7; k++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[k]));
-    return _mm512_scalef_ps(p, n);
 }
 
 /* g = g / (1 + e^-g) * u, 16 lanes a step, the last one masked. */

@@ -6,14 +6,16 @@
 #include "attnd/sched.h"
 #include "server/api/reply.h"
 
-/* {"cpu","isa","chosen_by","fa2","matrix":{type:{family: variant}}} */
+/* {"cpu","isa","chosen_by","fa2":{"prefill","decode"},"matrix":{type:{family: variant}}} */
 static cJSON *kernels_json(const struct fwd_kernels *k)
 {
-    cJSON *o = cJSON_CreateObject(), *mx = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *mx = cJSON_CreateObject(), *fa = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "cpu", k->cpu);
     cJSON_AddStringToObject(o, "isa", k->isa);
     cJSON_AddStringToObject(o, "chosen_by", k->chosen_by);
-    cJSON_AddStringToObject(o, "fa2", k->fa2);
+    cJSON_AddStringToObject(fa, "prefill", k->fa2_prefill);
+    cJSON_AddStringToObject(fa, "decode", k->fa2_decode);
+    cJSON_AddItemToObject(o, "fa2", fa);
     for (int i = 0; i < k->n_types; i++) {
         cJSON *t = cJSON_CreateObject();
         for (int f = 0; f < FWD_KERNEL_FAMILIES; f++) cJSON_AddStringToObject(t, k->family[f], k->types[i].variant[f]);

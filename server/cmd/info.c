@@ -261,12 +261,14 @@ static int print_cpu(const struct gguf *g)
     struct model_hparams hp;
     char why[256];
     if (g && src != CPU_TUNE_RULES && model_read_hparams(g, &hp, why, sizeof why) == ATTND_OK) {
-        const enum fa2_variant v = fa2_tune(hp.head_dim, hp.n_head, hp.n_head_kv);
-        printf("attention (fa2): %s, measured for this model's heads (size %d, %d query / %d KV heads)\n",
-               fa2_variant_str(v), hp.head_dim, hp.n_head, hp.n_head_kv);
+        fa2_tune(hp.head_dim, hp.n_head, hp.n_head_kv);
+        printf("attention (fa2): %s at prefill, %s at decode, measured for this model's heads (size %d, %d query / "
+               "%d KV heads)\n",
+               fa2_variant_name(hp.head_dim, FA2_PREFILL), fa2_variant_name(hp.head_dim, FA2_DECODE), hp.head_dim,
+               hp.n_head, hp.n_head_kv);
     } else {
         printf("attention (fa2), by rule: %s for head sizes that are multiples of 8, %s otherwise\n",
-               fa2_variant_name(64), fa2_variant_name(60));
+               fa2_variant_name(64, FA2_PREFILL), fa2_variant_name(60, FA2_PREFILL));
     }
     printf("\n%-8s %-7s %-11s", "type", "family", "chosen");
     for (int v = 0; v < CPU_N_VARIANTS; v++) printf(" %11s", cpu_variant_name((enum cpu_variant)v));

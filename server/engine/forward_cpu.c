@@ -159,7 +159,8 @@ static int cpu_kernels_report(const void *state, struct fwd_kernels *k)
     snprintf(k->cpu, sizeof k->cpu, "%s", cpu_tune_cpu_name());
     snprintf(k->isa, sizeof k->isa, "%s", cpu_isa_name(cpu_kernels_init()));
     snprintf(k->chosen_by, sizeof k->chosen_by, "%s", cpu_tune_source_name(cpu_tune_source()));
-    snprintf(k->fa2, sizeof k->fa2, "%s", fa2_variant_name(c->m->hp.head_dim));
+    snprintf(k->fa2_prefill, sizeof k->fa2_prefill, "%s", fa2_variant_name(c->m->hp.head_dim, FA2_PREFILL));
+    snprintf(k->fa2_decode, sizeof k->fa2_decode, "%s", fa2_variant_name(c->m->hp.head_dim, FA2_DECODE));
     for (int f = 0; f < FWD_KERNEL_FAMILIES; f++) k->family[f] = cpu_family_name((enum cpu_family)f);
     for (int i = 0; i < c->n_types; i++) {
         snprintf(k->types[i].type, sizeof k->types[i].type, "%s", tensor_type_name(c->types[i]));

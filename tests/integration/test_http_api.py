@@ -83,7 +83,8 @@ try:
         k = hj.get("kernels", {})
         variants = {"scalar", "avx2", "avx512", "avx2-panel"}
         c.check(k.get("chosen_by") in ("measured", "cached", "rules") and k.get("cpu") and k.get("isa")
-                and k.get("fa2") in ("scalar", "avx2", "avx512") and set(k.get("matrix", {})) == {"f32"}
+                and k.get("fa2", {}).get("prefill") in ("scalar", "avx2", "avx512")
+                and k["fa2"].get("decode") in ("scalar", "avx2", "avx512") and set(k.get("matrix", {})) == {"f32"}
                 and all(set(v) == {"matvec", "batch", "gemm"} and set(v.values()) <= variants
                         for v in k["matrix"].values()), f"/health kernels: {k}")
 

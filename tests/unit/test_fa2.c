@@ -222,20 +222,30 @@ static void test_scratch_size(void)
 static void test_tune_choice(void)
 {
     fa2_forget();
-    const enum fa2_variant rule64 = fa2_variant_of(64);
+    const enum fa2_variant rule64 = fa2_variant_of(64, FA2_PREFILL);
     T_CHECK(rule64 == (g_max_isa >= CPU_ISA_AVX512 ? FA2_VAR_AVX512 : g_max_isa >= CPU_ISA_AVX2 ? FA2_VAR_AVX2 : FA2_VAR_SCALAR),
             "rule for head 64: %s", fa2_variant_str(rule64));
-    T_CHECK(fa2_variant_of(60) != FA2_VAR_AVX2, "avx2 never for a head size not a multiple of 8");
-    const enum fa2_variant v = fa2_tune(64, 8, 2);
-    T_CHECK(fa2_variant_available(v, 64), "tuned variant %s is available", fa2_variant_str(v));
-    T_CHECK(fa2_variant_of(64) == v && !strcmp(fa2_variant_name(64), fa2_variant_str(v)), "fa2_run uses the choice");
-    T_CHECK(fa2_tune(64, 8, 2) == v, "a second tune keeps the first choice");
-    T_CHECK(fa2_tune(0, 8, 2) == fa2_variant_of(0) && fa2_tune(64, 8, 3) == v, "bad shapes: no measurement");
+    T_CHECK(fa2_variant_of(64, FA2_DECODE) == rule64, "the rule is the same for both phases");
+    T_CHECK(fa2_variant_of(60, FA2_PREFILL) != FA2_VAR_AVX2, "avx2 never for a head size not a multiple of 8");
+    fa2_tune(64, 8, 2);
+    enum fa2_variant v[FA2_N_PHASES];
+    for (int ph = 0; ph < FA2_N_PHASES; ph++) {
+        v[ph] = fa2_variant_of(64, (enum fa2_phase)ph);
+        T_CHECK(fa2_variant_available(v[ph], 64), "tuned variant %s is available", fa2_variant_str(v[ph]));
+        T_CHECK(!strcmp(fa2_variant_name(64, (enum fa2_phase)ph), fa2_variant_str(v[ph])), "fa2_run uses the choice");
+    }
+    fa2_tune(64, 8, 2);
+    T_CHECK(fa2_variant_of(64, FA2_PREFILL) == v[FA2_PREFILL] && fa2_variant_of(64, FA2_DECODE) == v[FA2_DECODE],
+            "a second tune keeps the first choice");
+    fa2_tune(0, 8, 2);
+    fa2_tune(48, 8, 3);
+    T_CHECK(fa2_variant_of(48, FA2_PREFILL) == fa2_variant_of(48, FA2_DECODE), "bad shapes: no measurement");
     cpu_kernels_set_isa(CPU_ISA_SCALAR);
-    T_CHECK(fa2_variant_of(64) == FA2_VAR_SCALAR, "the ISA cap wins over the choice");
+    T_CHECK(fa2_variant_of(64, FA2_PREFILL) == FA2_VAR_SCALAR && fa2_variant_of(64, FA2_DECODE) == FA2_VAR_SCALAR,
+            "the ISA cap wins over the choice");
     cpu_kernels_set_isa(g_max_isa);
     fa2_forget();
-    T_CHECK(fa2_variant_of(64) == rule64, "forget: the rule again");
+    T_CHECK(fa2_variant_of(64, FA2_PREFILL) == rule64 && fa2_variant_of(64, FA2_DECODE) == rule64, "forget: the rule again");
     T_CHECK(!strcmp(fa2_variant_str((enum fa2_variant)9), "unknown"), "names");
 }
 
