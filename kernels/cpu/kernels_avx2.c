@@ -219,7 +219,7 @@ KERNELS_FLOAT_ENTRIES(avx2)
 #define FP_TOK 6
 #define FP_K 128
 #define FP_GROUPS 22 /* token groups whose activations are packed per pass (132 tokens) */
-#define FP_RBLK 256  /* rows per block (a multiple of FP_ROWS) */
+#define FP_RBLK 512  /* rows per block (a multiple of FP_ROWS) */
 
 /* 8x8 transpose of r[0..7] in place (r[i] lane j -> r[j] lane i). */
 INLINE void transpose8(__m256 r[8])
@@ -261,13 +261,21 @@ INLINE void fp_pack(int wt, const unsigned char *w, size_t wrb, int R, size_t k0
 }
 
 /* ap[k*FP_TOK + j] = a_j[k0 + k] for j < T (the group's activations interleaved by element, so a
- * tile's broadcasts read one stream). */
+ * tile's broadcasts read one stream): 8 x 8 transposes of 8 elements of the tokens, each element's
+ * FP_TOK stored under a mask. */
 INLINE void fp_pack_acts(int T, const unsigned char *a, size_t arb, size_t k0, size_t kn, float *ap)
 {
-    for (int j = 0; j < T; j++) {
-        const unsigned char *aj = a + (size_t)j * arb + 4 * k0; /* rows need only byte alignment */
-        for (size_t k = 0; k < kn; k++) ap[k * FP_TOK + (size_t)j] = ld_f32(aj + 4 * k);
+    const __m256i keep = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0); /* FP_TOK == 6 lanes */
+    size_t k = 0;
+    for (; k + 8 <= kn; k += 8) {
+        __m256 v[8];
+        for (int j = 0; j < 8; j++)
+            v[j] = j < T ? _mm256_loadu_ps((const float *)(const void *)(a + (size_t)j * arb + 4 * (k0 + k))) : _mm256_setzero_ps();
+        transpose8(v);
+        for (int i = 0; i < 8; i++) _mm256_maskstore_ps(ap + (k + (size_t)i) * FP_TOK, keep, v[i]);
     }
+    for (; k < kn; k++)
+        for (int j = 0; j < FP_TOK; j++) ap[k * FP_TOK + (size_t)j] = j < T ? ld_f32(a + (size_t)j * arb + 4 * (k0 + k)) : 0.0f;
 }
 
 /* y[j*ys + ri] (+)= sum_k panel[k][ri] * ap[k][j] for ri < R, j < T (T a constant after inlining). */
