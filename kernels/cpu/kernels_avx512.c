@@ -152,6 +152,7 @@ INLINE void op_tile(int T, int R, size_t kn, const float *panel, const float *ap
     __m512 c0[OP_TOK], c1[OP_TOK];
 #pragma GCC unroll 12
     for (int j = 0; j < T; j++) c0[j] = c1[j] = _mm512_setzero_ps();
+#pragma GCC unroll 2
     for (size_t k = 0; k < kn; k++) {
         const __m512 w0 = _mm512_load_ps(panel + k * OP_ROWS), w1 = _mm512_load_ps(panel + k * OP_ROWS + 16);
         const float *b = ap + k * OP_TOK;
