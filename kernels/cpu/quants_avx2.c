@@ -496,17 +496,31 @@ static inline __attribute__((always_inline)) __m512 q4_quad(const unsigned char 
 }
 #endif
 
+/* The blocks [0, nb) of a Q4_0 row: nb a multiple of Q4_ROW_STEP. */
+#ifdef QUANTS_VNNI
+#define Q4_ROW_STEP 4
+#else
+#define Q4_ROW_STEP 8
+#endif
 static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
 {
 #ifdef QUANTS_VNNI
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
     const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i i1 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
-    for (size_t b = 0; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
         prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
         const __m512 s = _mm512_castps256_ps512(q4_scales8(pw, m->d + b));
         acc0 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc0);
         acc1 = q4_quad(pw + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, s), acc1);
+    }
+    if (b < nb) { /* 4 blocks left (a row of 896: 28 blocks), their 4 scales from 4 loads */
+        const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)(pw[0] | pw[1] << 8), (short)(pw[18] | pw[19] << 8),
+                                                     (short)(pw[36] | pw[37] << 8), (short)(pw[54] | pw[55] << 8), 0,
+                                                     0, 0, 0));
+        const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(d, _mm_loadu_ps(m->d + b)));
+        acc1 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc1);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 #else
@@ -536,7 +550,7 @@ int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t
     if ((t != TENSOR_Q8_0 && !q4) || nb > MV_MAX_BLOCKS) return 0;
     const unsigned char *pa = a;
     mv_decode(q4, pa, nb, &act);
-    const size_t nb8 = q4 ? nb / 8 * 8 : 0; /* Q4_0: whole groups of 8 blocks in q4_row */
+    const size_t nb8 = q4 ? nb / Q4_ROW_STEP * Q4_ROW_STEP : 0; /* Q4_0: whole steps in q4_row */
     for (size_t r = r0; r < r1; r++) {
         const unsigned char *pw = (const unsigned char *)w + r * wrb;
         float sum = nb8 ? q4_row(pw, nb8, &act) : 0.0f;
