@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "pp%d", pp[k]);
         if (!strstr(only, name)) continue;
         fwd_reset(c);
-        fwd_eval(c, toks, 16, false, logits); /* warm-up */
+        fwd_eval(c, toks, pp[k], false, logits); /* warm-up: the same prompt once, as llama-bench does */
         for (int r = 0; r < reps; r++) {
             fwd_reset(c);
             double t0 = bench_now();
@@ -62,6 +62,10 @@ int main(int argc, char **argv)
         row(label, name, v, reps);
     }
     const int ng = 64;
+    if (strstr(only, "tg64")) { /* warm-up: one generated token, as llama-bench does */
+        fwd_reset(c);
+        fwd_eval(c, toks, 1, false, logits);
+    }
     for (int r = 0; r < reps && strstr(only, "tg64"); r++) {
         fwd_reset(c);
         int32_t t = toks[0];
