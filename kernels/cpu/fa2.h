@@ -80,7 +80,7 @@ int fa2_needs_reduce(const struct fa2_args *a);
 /* Computes thread ith's share (0 <= ith < nth) of the batch. Every thread of the job must be
  * called with the same a and nth. Output rows of unsplit sequences are final when every thread
  * has returned; split decode sequences then need fa2_reduce(). Reads q, k, v and the block
- * tables; writes only out and scratch. Uses about 50 KiB of the calling thread's stack. */
+ * tables; writes only out and scratch. Uses about 70 KiB of the calling thread's stack. */
 void fa2_run(const struct fa2_args *a, int ith, int nth);
 /* The job kernels side by side. Each head size and phase (a job of several query tokens: prefill;
  * of one: decode) runs the one fa2_tune() measured fastest for it, or by rule the widest the ISA

@@ -334,7 +334,7 @@ static void outer_job(const struct fa2_job *j)
     }
 }
 
-/* AVX-512 job, any head_dim; see fa2.h. Thread-safe; about 50 KiB of stack. */
+/* AVX-512 job, any head_dim; see fa2.h. Thread-safe; about 50 KiB of stack (70 on the outer-product path). */
 void fa2_avx512_job(const struct fa2_job *j)
 {
     const int D = j->head_dim, rows = j->n_tok * j->n_grp, f16 = j->kv_f16;
