@@ -144,6 +144,22 @@ static void test_mixed(void)
     }
 }
 
+/* The ends of the AVX-512 outer-product path (16 rows or more, head_dim % 16 == 0): head_dim 16
+ * with GQA 8, 32 without GQA (rows are tokens), and 256 with a group of 16 (one token fills a
+ * job: decode steps, split ones included, take the path too). */
+static void test_outer_dims(void)
+{
+    static const int dims[][3] = {{16, 2, 8}, {32, 1, 1}, {256, 1, 16}}; /* D, n_head_kv, group */
+    struct seqdef defs[3 * N_LENS + 1];
+    for (int i = 0; i < 3; i++) {
+        const int n = mixed_defs(defs, 0);
+        struct batch b;
+        batch_init(&b, dims[i][0], dims[i][1], dims[i][2], i == 2 ? TENSOR_F32 : TENSOR_F16, defs, n, i == 1 ? 30.0f : 1.0f);
+        run_all_modes(&b, 1 + i, 1, "outer dims");
+        batch_free(&b);
+    }
+}
+
 /* Decode steps only, split into 1..8 parts and into more parts than blocks. */
 static void test_decode_splits(void)
 {
@@ -263,6 +279,7 @@ int main(void)
     test_mixed();
     test_decode_splits();
     test_odd_dims();
+    test_outer_dims();
     test_gqa4();
     test_tune_choice();
     for (int t = 1; t <= 3; t++) tpool_destroy(g_pools[t]);
