@@ -198,7 +198,7 @@ static const tile_fn g_tiles[2][4] = {{tile_1_0, tile_2_0, tile_3_0, tile_4_0}, 
  * On the Xeon of the README, bench_fa2's prefill (512 tokens, head_dim 128, GQA 7, 2 threads) went
  * from 142 GFLOP/s (the dot products, no faster than the AVX2 kernel's 144) to 172, and a Q8_0
  * 512-token prompt of the 0.5B model (head_dim 64) from 826 to 880 tokens/s. A job of fewer rows
- * (a decode token) keeps the dot products. */
+ * (a decode token of a group under 16 heads) keeps the dot products. */
 #define OUTER_MIN_ROWS 16
 
 /* Transposes the 16 x D tile at k (F16 or F32 rows of D) into kt (D vectors of 16 keys). */
