@@ -144,22 +144,6 @@ static void test_mixed(void)
     }
 }
 
-/* The ends of the AVX-512 outer-product path (16 rows or more, head_dim % 16 == 0): head_dim 16
- * with GQA 8, 32 without GQA (rows are tokens), and 256 with a group of 16 (one token fills a
- * job: decode steps, split ones included, take the path too). */
-static void test_outer_dims(void)
-{
-    static const int dims[][3] = {{16, 2, 8}, {32, 1, 1}, {256, 1, 16}}; /* D, n_head_kv, group */
-    struct seqdef defs[3 * N_LENS + 1];
-    for (int i = 0; i < 3; i++) {
-        const int n = mixed_defs(defs, 0);
-        struct batch b;
-        batch_init(&b, dims[i][0], dims[i][1], dims[i][2], i == 2 ? TENSOR_F32 : TENSOR_F16, defs, n, i == 1 ? 30.0f : 1.0f);
-        run_all_modes(&b, 1 + i, 1, "outer dims");
-        batch_free(&b);
-    }
-}
-
 /* Decode steps only, split into 1..8 parts and into more parts than blocks. */
 static void test_decode_splits(void)
 {
@@ -184,19 +168,39 @@ static void test_decode_splits(void)
     }
 }
 
+/* One mixed batch per head shape {D, n_head_kv, group, f32 KV, x30 values}, through every mode. */
+struct dims_case {
+    int D, n_head_kv, group, f32, big;
+};
+
+static void run_dims(const struct dims_case *c, int n_cases, const char *tag)
+{
+    struct seqdef defs[3 * N_LENS + 1];
+    for (int i = 0; i < n_cases; i++) {
+        const int n = mixed_defs(defs, 0);
+        struct batch b;
+        batch_init(&b, c[i].D, c[i].n_head_kv, c[i].group, c[i].f32 ? TENSOR_F32 : TENSOR_F16, defs, n,
+                   c[i].big ? 30.0f : 1.0f);
+        run_all_modes(&b, 1 + i, 1, tag);
+        batch_free(&b);
+    }
+}
+
 /* Head dims that are not multiples of 16 (AVX-512: masked last chunk) or of 8 (AVX2: scalar
  * fallback). */
 static void test_odd_dims(void)
 {
-    static const int dims[][3] = {{72, 1, 4}, {36, 2, 1}, {200, 1, 2}}; /* D, n_head_kv, group */
-    struct seqdef defs[3 * N_LENS + 1];
-    for (int i = 0; i < 3; i++) {
-        const int n = mixed_defs(defs, 0);
-        struct batch b;
-        batch_init(&b, dims[i][0], dims[i][1], dims[i][2], i == 1 ? TENSOR_F32 : TENSOR_F16, defs, n, i == 2 ? 30.0f : 1.0f);
-        run_all_modes(&b, 1 + i, 1, "odd dims");
-        batch_free(&b);
-    }
+    static const struct dims_case c[] = {{72, 1, 4, 0, 0}, {36, 2, 1, 1, 0}, {200, 1, 2, 0, 1}};
+    run_dims(c, 3, "odd dims");
+}
+
+/* The ends of the AVX-512 outer-product path (16 rows or more, head_dim % 16 == 0): head_dim 16
+ * with GQA 8, 32 without GQA (rows are tokens), and 256 with a group of 16 (one token fills a
+ * job: decode steps, split ones included, take the path too). */
+static void test_outer_dims(void)
+{
+    static const struct dims_case c[] = {{16, 2, 8, 0, 0}, {32, 1, 1, 0, 1}, {256, 1, 16, 1, 0}};
+    run_dims(c, 3, "outer dims");
 }
 
 /* GQA 4:1 (a decode step's 4 query rows fill one 4-row block: the 4 rows x 3 keys score path of
