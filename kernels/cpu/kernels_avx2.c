@@ -323,28 +323,6 @@ INLINE void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float 
     }
 }
 
-/* The weights of the panel packed after this one, cut in `parts` pieces: piece `part` is asked
- * into L1 while the tiles of the current panel run (the rows, one stride apart, defeat the
- * hardware prefetchers; waiting on them was ~18 % of an F16 product). */
-struct fp_next {
-    const unsigned char *at; /* its first row's first byte, or NULL */
-    size_t wrb, lines_per_row, lines;
-};
-
-static void fp_next_set(struct fp_next *nx, const unsigned char *at, size_t wrb, int rows, size_t bytes)
-{
-    nx->at = at, nx->wrb = wrb;
-    nx->lines_per_row = (bytes + 63) / 64 + 1; /* + 1: a row's chunk need not start on a line */
-    nx->lines = nx->lines_per_row * (size_t)rows;
-}
-
-INLINE void fp_next_fetch(const struct fp_next *nx, size_t part, size_t parts)
-{
-    if (!nx->at) return;
-    for (size_t i = nx->lines * part / parts, e = nx->lines * (part + 1) / parts; i < e; i++)
-        _mm_prefetch((const char *)nx->at + i / nx->lines_per_row * nx->wrb + i % nx->lines_per_row * 64, _MM_HINT_T0);
-}
-
 INLINE void gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                              size_t arb, size_t n_tok, float *y, size_t ys)
 {
@@ -367,17 +345,11 @@ INLINE void gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t
                 for (size_t r = rb; r < rbe; r += FP_ROWS) {
                     const int R = rbe - r < FP_ROWS ? (int)(rbe - r) : FP_ROWS;
                     fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
-                    struct fp_next nx = {0};
-                    if (r + FP_ROWS < rbe) /* the next rows, same chunk */
-                        fp_next_set(&nx, pw + (r + FP_ROWS) * wrb + k0 * es, wrb,
-                                    rbe - r - FP_ROWS < FP_ROWS ? (int)(rbe - r - FP_ROWS) : FP_ROWS, (k1 - k0) * es);
-                    else if (k1 < n) /* the block's first rows, next chunk */
-                        fp_next_set(&nx, pw + rb * wrb + k1 * es, wrb, rbe - rb < FP_ROWS ? (int)(rbe - rb) : FP_ROWS,
-                                    (n - k1 < FP_K ? n - k1 : FP_K) * es);
+                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, FP_ROWS, k0, k1, n, FP_K);
                     const size_t groups = (tn + FP_TOK - 1) / FP_TOK;
                     for (size_t j = 0; j < tn; j += FP_TOK) {
                         const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                        fp_next_fetch(&nx, j / FP_TOK, groups);
+                        panel_next_fetch(&nx, j / FP_TOK, groups);
                         fp_tile_rt(T, R, k1 - k0, panel, acts[j / FP_TOK], y + (t0 + j) * ys + r, ys, k0 > 0);
                     }
                 }

@@ -211,13 +211,15 @@ INLINE void gemm_float_outer(int wt, size_t n, const void *w, size_t wrb, size_t
                 for (size_t r = rb; r < rbe; r += OP_ROWS) {
                     const int R = rbe - r < OP_ROWS ? (int)(rbe - r) : OP_ROWS;
                     op_pack_w(wt, pw + r * wrb, wrb, R, k0, kn, panel);
-                    /* the next panel's rows of this chunk, into L2 while this one computes (the
-                     * hardware prefetch does not follow 32 strided rows): a share per tile */
-                    const size_t rn = r + OP_ROWS, Rn = rn < rbe ? (rbe - rn < OP_ROWS ? rbe - rn : OP_ROWS) : 0;
-                    const size_t lines = (kn * wsz + 63) / 64 + 1, groups = (tn + OP_TOK - 1) / OP_TOK;
-                    for (size_t j = 0, g = 0; j < tn; j += OP_TOK, g++) {
-                        for (size_t i = Rn * lines * g / groups; i < Rn * lines * (g + 1) / groups; i++)
-                            _mm_prefetch((const char *)(pw + (rn + i / lines) * wrb + k0 * wsz + (i % lines) * 64), _MM_HINT_T1);
+                    const struct panel_next nx = panel_next_after(pw, wrb, wsz, rb, rbe, r, OP_ROWS, k0, k0 + kn, n, OP_K);
+                    const size_t groups = (tn + OP_TOK - 1) / OP_TOK;
+                    for (size_t j = 0; j < tn; j += OP_TOK) {
+                        panel_next_fetch(&nx, j / OP_TOK, groups);
+                        if (k0 > 0 && j + OP_TOK < tn) /* the outputs the next tile adds to */
+                            for (size_t t = j + OP_TOK; t < tn && t < j + 2 * OP_TOK; t++) {
+                                _mm_prefetch((const char *)(y + (t0 + t) * ys + r), _MM_HINT_T0);
+                                _mm_prefetch((const char *)(y + (t0 + t) * ys + r + 16), _MM_HINT_T0);
+                            }
                         op_tile_rt(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, R, kn, panel, acts[j / OP_TOK],
                                    y + (t0 + j) * ys + r, ys, k0 > 0);
                     }

@@ -60,6 +60,46 @@ INLINE void prefetch_ahead(const unsigned char *p, size_t bytes)
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + KERNELS_PREFETCH + o), _MM_HINT_T0);
 }
 
+/* The weights a float panel GEMM packs next: `rows` rows one stride apart (which the hardware
+ * prefetchers do not follow), `bytes` of each from `at` on. They are asked for in pieces, one
+ * before each tile of the current panel, so that the loads overlap the arithmetic. */
+struct panel_next {
+    const unsigned char *at; /* the first row's first byte, or NULL: nothing to fetch */
+    size_t wrb, lines_per_row, lines;
+};
+
+INLINE struct panel_next panel_next_of(const unsigned char *at, size_t wrb, size_t rows, size_t bytes)
+{
+    const size_t lpr = (bytes + 63) / 64 + 1; /* + 1: a row's bytes need not start on a line */
+    return (struct panel_next){at, wrb, lpr, lpr * rows};
+}
+
+/* Piece `part` of `parts` of nx's lines, into L1 (the panels are packed from there at once). */
+INLINE void panel_next_fetch(const struct panel_next *nx, size_t part, size_t parts)
+{
+    if (!nx->at) return;
+    const size_t i0 = nx->lines * part / parts, i1 = nx->lines * (part + 1) / parts;
+    size_t row = i0 / nx->lines_per_row, col = i0 - row * nx->lines_per_row;
+    const unsigned char *p = nx->at + row * nx->wrb;
+    for (size_t i = i0; i < i1; i++) {
+        _mm_prefetch((const char *)(p + col * 64), _MM_HINT_T0);
+        if (++col == nx->lines_per_row) col = 0, p += nx->wrb;
+    }
+}
+
+/* The panel after rows [r, r + per) of chunk [k0, k1) in a GEMM over rows [rb, re) and n columns
+ * of es-byte weights (w: row 0): the next rows of the chunk, else the block's first rows of the
+ * next chunk (k1 + kstep at most), else none. */
+INLINE struct panel_next panel_next_after(const unsigned char *w, size_t wrb, size_t es, size_t rb, size_t re,
+                                          size_t r, size_t per, size_t k0, size_t k1, size_t n, size_t kstep)
+{
+    if (r + per < re) return panel_next_of(w + (r + per) * wrb + k0 * es, wrb, re - r - per < per ? re - r - per : per,
+                                           (k1 - k0) * es);
+    if (k1 < n) return panel_next_of(w + rb * wrb + k1 * es, wrb, re - rb < per ? re - rb : per,
+                                     (n - k1 < kstep ? n - k1 : kstep) * es);
+    return (struct panel_next){0};
+}
+
 /* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
  * 0..15, high nibbles 16..31) minus 8. */
 INLINE __m256i load_wq(int q4, const unsigned char *row, size_t b)
