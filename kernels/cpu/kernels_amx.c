@@ -31,10 +31,10 @@
  * call leaves no tile state behind on the thread. */
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd512.h"
+#include "kernels/cpu/scratch.h"
 
 #include <assert.h>
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -882,11 +882,8 @@ static void gemm_bf16(int f16, size_t n, const unsigned char *w, size_t wrb, siz
 
 /* ================================================================ per-thread buffers */
 
-/* Each thread's packed activations and weight panels (~1.8 MB): on the heap, made on a thread's
- * first call and freed when it exits (a key destructor), so threads that never multiply on the
- * tile unit (the HTTP server's) carry none of it. Every buffer is also on a list from a global
- * root, so the main thread's, which lives to the end, is not a leak. */
-struct scratch {
+/* Each thread's packed activations and weight panels (~1.8 MB), from scratch_get. */
+struct amx_buffers {
     union { /* a call uses one */
         struct act8 acts8[AMX_TOK / AMX_N];
         struct act_small act_small;
@@ -894,49 +891,7 @@ struct scratch {
     struct panel8 panel8;
     struct actf actsf[AMX_TOK / AMX_N];
     struct panelf panelf;
-    struct scratch *prev, *next;
 };
-
-static pthread_key_t g_key;
-static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t g_list_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct scratch *g_list;
-static int g_key_ok;
-
-static void scratch_free(void *p)
-{
-    struct scratch *sc = p;
-    pthread_mutex_lock(&g_list_mu);
-    if (sc->prev) sc->prev->next = sc->next;
-    else g_list = sc->next;
-    if (sc->next) sc->next->prev = sc->prev;
-    pthread_mutex_unlock(&g_list_mu);
-    free(sc);
-}
-
-static void key_make(void) { g_key_ok = pthread_key_create(&g_key, scratch_free) == 0; }
-
-/* This thread's buffers, or NULL when they cannot be had (the caller then leaves the product to
- * another variant). */
-static struct scratch *scratch(void)
-{
-    pthread_once(&g_key_once, key_make);
-    if (!g_key_ok) return NULL;
-    struct scratch *sc = pthread_getspecific(g_key);
-    if (sc) return sc;
-    sc = aligned_alloc(64, sizeof *sc);
-    if (!sc) return NULL;
-    if (pthread_setspecific(g_key, sc)) {
-        free(sc);
-        return NULL;
-    }
-    pthread_mutex_lock(&g_list_mu);
-    sc->prev = NULL, sc->next = g_list;
-    if (g_list) g_list->prev = sc;
-    g_list = sc;
-    pthread_mutex_unlock(&g_list_mu);
-    return sc;
-}
 
 /* ================================================================ entry points */
 
@@ -951,7 +906,7 @@ int cpu_amx_gemm(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t
         for (size_t j = 0; j < n_tok; j++) memset(y + j * ys + r0, 0, (r1 - r0) * sizeof(float));
         return 1;
     }
-    struct scratch *sc = scratch();
+    struct amx_buffers *sc = scratch_get(sizeof *sc);
     if (!sc) return 0;
     if (t == TENSOR_F16 || t == TENSOR_BF16)
         gemm_bf16(t == TENSOR_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, sc->actsf, &sc->panelf);

@@ -14,6 +14,7 @@
  * it measured faster (cpu_tune.c). */
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
+#include "kernels/cpu/scratch.h"
 
 #include "attnd/tensor.h"
 
@@ -210,14 +211,14 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
 KERNELS_FLOAT_ENTRIES(avx2)
 
 /* ---------------------------------------------------------------- float panel GEMM
- * Outer-product form for many tokens: a chunk of FP_K elements of FP_ROWS weight rows is
- * converted to f32 and transposed once into panel[k][FP_ROWS] (16 KiB, L1); then every group of
+ * Outer-product form for many tokens: a chunk of up to FP_KMAX elements of FP_ROWS weight rows is
+ * converted to f32 and transposed once into panel[k][FP_ROWS] (64 bytes an element); then every group of
  * FP_TOK tokens runs a 16-row x 6-token tile that per element loads two weight vectors,
  * broadcasts each token's activation and does 12 FMAs into 12 accumulators that hold outputs
- * (no horizontal sums). Chunks after the first add into y. */
+ * (no horizontal sums). Chunks after the first add into y. Both buffers are the thread's scratch_get. */
 #define FP_ROWS 16
 #define FP_TOK 6
-#define FP_K 128
+#define FP_KMAX 128 /* elements per chunk, at most (n is cut evenly; 512 and 1024 measured no faster) */
 #define FP_GROUPS 22 /* token groups whose activations are packed per pass (132 tokens) */
 #define FP_RBLK 512  /* rows per block (a multiple of FP_ROWS) */
 
@@ -311,7 +312,7 @@ INLINE void fp_tile(int T, int R, size_t kn, const float *panel, const float *ap
     }
 }
 
-INLINE void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys, int add)
+static __attribute__((noinline)) void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys, int add)
 {
     switch (T) {
     case 1: fp_tile(1, R, kn, panel, ap, y, ys, add); return;
@@ -323,58 +324,65 @@ INLINE void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float 
     }
 }
 
-INLINE void gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+/* 0 when the per-thread buffers cannot be had (the caller takes the dot-product tiles). */
+INLINE int gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                              size_t arb, size_t n_tok, float *y, size_t ys)
 {
     const size_t es = wt == WT_F32 ? 4 : 2;
-    _Alignas(32) float panel[FP_K * FP_ROWS];
-    /* the activations of FP_GROUPS token groups per pass: 128 tokens x FP_K floats = 128 KiB (L2) */
-    static __thread float acts[FP_GROUPS][FP_K * FP_TOK];
+    const size_t kstep = even_chunk(n, FP_KMAX);
+    float *panel = scratch_get((FP_GROUPS * FP_TOK + FP_ROWS) * kstep * sizeof(float));
+    if (!panel) return 0;
+    float *const acts = panel + FP_ROWS * kstep; /* FP_GROUPS x (kstep x FP_TOK) */
     const unsigned char *pw = w, *pa = a;
     for (size_t t0 = 0; t0 < n_tok; t0 += FP_GROUPS * FP_TOK) {
         const size_t tn = n_tok - t0 < FP_GROUPS * FP_TOK ? n_tok - t0 : FP_GROUPS * FP_TOK;
         /* row blocks keep the outputs a chunk adds into (132 tokens x 256 rows: 132 KiB) in L2 */
         for (size_t rb = r0; rb < r1; rb += FP_RBLK) {
             const size_t rbe = r1 - rb < FP_RBLK ? r1 : rb + FP_RBLK;
-            for (size_t k0 = 0; k0 < n || k0 == 0; k0 += FP_K) {
-                const size_t k1 = n - k0 > FP_K ? k0 + FP_K : n;
+            for (size_t k0 = 0; k0 < n || k0 == 0; k0 += kstep) {
+                const size_t k1 = n - k0 > kstep ? k0 + kstep : n;
                 for (size_t j = 0; j < tn; j += FP_TOK) {
                     const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                    fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts[j / FP_TOK]);
+                    fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts + j / FP_TOK * kstep * FP_TOK);
                 }
                 for (size_t r = rb; r < rbe; r += FP_ROWS) {
                     const int R = rbe - r < FP_ROWS ? (int)(rbe - r) : FP_ROWS;
                     fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
-                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, FP_ROWS, k0, k1, n, FP_K);
+                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, FP_ROWS, k0, k1, n, kstep);
                     const size_t groups = (tn + FP_TOK - 1) / FP_TOK;
                     for (size_t j = 0; j < tn; j += FP_TOK) {
                         const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
                         panel_next_fetch(&nx, j / FP_TOK, groups);
-                        fp_tile_rt(T, R, k1 - k0, panel, acts[j / FP_TOK], y + (t0 + j) * ys + r, ys, k0 > 0);
+                        fp_tile_rt(T, R, k1 - k0, panel, acts + j / FP_TOK * kstep * FP_TOK, y + (t0 + j) * ys + r, ys,
+                                   k0 > 0);
                     }
                 }
                 if (n == 0) break;
             }
         }
     }
+    return 1;
 }
 
 void cpu_avx2_gemm_panel_f32(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                              size_t n_tok, float *y, size_t ys)
 {
-    gemm_float_panel(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    if (!gemm_float_panel(WT_F32, n, w, wrb, r0, r1, a, arb, n_tok, y, ys))
+        cpu_avx2_gemm_f32(n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
 }
 
 void cpu_avx2_gemm_panel_f16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                              size_t n_tok, float *y, size_t ys)
 {
-    gemm_float_panel(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    if (!gemm_float_panel(WT_F16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys))
+        cpu_avx2_gemm_f16(n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
 }
 
 void cpu_avx2_gemm_panel_bf16(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,
                               size_t n_tok, float *y, size_t ys)
 {
-    gemm_float_panel(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
+    if (!gemm_float_panel(WT_BF16, n, w, wrb, r0, r1, a, arb, n_tok, y, ys))
+        cpu_avx2_gemm_bf16(n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
 }
 
 /* ================================================================ quantized weights */

@@ -10,11 +10,14 @@
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
 #include "kernels/cpu/kernels_simd512.h"
+#include "kernels/cpu/scratch.h"
 
 #include "attnd/tensor.h"
 
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512DQ__) || \
     !defined(__FMA__) || !defined(__F16C__)
@@ -105,18 +108,18 @@ INLINE void tile_float_rt(int wt, int R, int T, size_t n, const unsigned char *w
 }
 
 /* ---- many tokens: outer products over packed panels ----
- * A chunk of OP_K elements of OP_ROWS weight rows is converted to f32 and transposed once into
- * panel[k][OP_ROWS] (16 KiB, L1); the activations of each group of OP_TOK tokens are interleaved by
- * element (ap[k][OP_TOK], packed once per row block and chunk); a tile then loads, per element,
- * the two weight vectors and broadcasts each token's activation into 24 FMAs on 24 accumulators
- * that hold outputs (no horizontal sums; 14 loads per 24 FMAs). Chunks after the first add into y.
+ * A chunk of up to op_kmax() elements of OP_ROWS weight rows is converted to f32 and transposed
+ * once into panel[k][OP_ROWS] (128 bytes an element); the activations of each group of OP_TOK
+ * tokens are interleaved by element (ap[k][OP_TOK], packed once per row block and chunk); a tile
+ * then loads, per element, the two weight vectors and broadcasts each token's activation into 24
+ * FMAs on 24 accumulators that hold outputs (no horizontal sums; 14 loads per 24 FMAs). Chunks
+ * after the first add into y. Both buffers are the thread's scratch_get.
  * F16, 896 x 4864, 128 tokens, one thread of the Xeon of the README: the dot-product tiles above
- * (2 rows x 4 tokens, a reduction per output) 19 GMAC/s, the AVX2 kernel 40, this 63 (zmm FMAs
- * peak near 95 there: 1.65 a cycle). From OP_MIN_TOK tokens. */
+ * (2 rows x 4 tokens, a reduction per output) 19 GMAC/s, the AVX2 kernel 45, this 70 (the tile
+ * alone, in L1: 81; zmm FMAs peak near 89 there). From OP_MIN_TOK tokens. */
 #define OP_ROWS 32
 #define OP_TOK 12
-#define OP_K 128
-#define OP_GROUPS 11  /* token groups per pass (132 tokens: 66 KiB of packed activations a chunk) */
+#define OP_GROUPS 11  /* token groups per pass (132 tokens) */
 #define OP_RBLK 512   /* rows per block: the outputs a chunk adds into (132 x 512 floats, 264 KiB) stay in L2 */
 #define OP_MIN_TOK 16 /* fewer tokens take the dot-product tiles */
 
@@ -193,25 +196,45 @@ static void op_tile_rt(int T, int R, size_t kn, const float *panel, const float 
     }
 }
 
-INLINE void gemm_float_outer(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
-                             size_t arb, size_t n_tok, float *y, size_t ys)
+/* Elements per chunk, at most. The fewer the chunks, the fewer times a tile's outputs are loaded
+ * and added to (F16 pp128 on the Xeon of the README: 128 -> 512 -> 1024, 275 -> 309 -> 318
+ * tokens/s); a chunk's packed activations (OP_GROUPS x 12 x 4 bytes an element: 528 KiB at 1024)
+ * and panel stay within half the L2 (2 MiB there, 1 MiB on Zen 4 and 5). */
+static size_t op_kmax(void)
 {
-    _Alignas(64) float panel[OP_K * OP_ROWS];
-    static __thread _Alignas(64) float acts[OP_GROUPS][OP_K * OP_TOK];
+    static atomic_size_t kmax; /* 0: not looked up yet */
+    size_t k = atomic_load_explicit(&kmax, memory_order_relaxed);
+    if (!k) {
+        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        k = l2 >= (2l << 20) ? 1024 : 512;
+        atomic_store_explicit(&kmax, k, memory_order_relaxed);
+    }
+    return k;
+}
+
+/* 0 when the per-thread buffers cannot be had (the caller takes the dot-product tiles). */
+INLINE int gemm_float_outer(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+                            size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    const size_t kstep = even_chunk(n, op_kmax());
+    float *panel = scratch_get((OP_GROUPS * OP_TOK + OP_ROWS) * kstep * sizeof(float));
+    if (!panel) return 0;
+    float *const acts = panel + OP_ROWS * kstep; /* OP_GROUPS x (kstep x OP_TOK) */
     const unsigned char *pw = w, *pa = a;
     const size_t wsz = wt == WT_F32 ? 4 : 2;
     for (size_t t0 = 0; t0 < n_tok; t0 += OP_GROUPS * OP_TOK) {
         const size_t tn = n_tok - t0 < OP_GROUPS * OP_TOK ? n_tok - t0 : OP_GROUPS * OP_TOK;
         for (size_t rb = r0; rb < r1; rb += OP_RBLK) {
             const size_t rbe = r1 - rb < OP_RBLK ? r1 : rb + OP_RBLK;
-            for (size_t k0 = 0; k0 < n; k0 += OP_K) {
-                const size_t kn = n - k0 < OP_K ? n - k0 : OP_K;
+            for (size_t k0 = 0; k0 < n; k0 += kstep) {
+                const size_t kn = n - k0 < kstep ? n - k0 : kstep;
                 for (size_t j = 0; j < tn; j += OP_TOK)
-                    op_pack_a(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, pa + (t0 + j) * arb, arb, k0, kn, acts[j / OP_TOK]);
+                    op_pack_a(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, pa + (t0 + j) * arb, arb, k0, kn,
+                              acts + j / OP_TOK * kstep * OP_TOK);
                 for (size_t r = rb; r < rbe; r += OP_ROWS) {
                     const int R = rbe - r < OP_ROWS ? (int)(rbe - r) : OP_ROWS;
                     op_pack_w(wt, pw + r * wrb, wrb, R, k0, kn, panel);
-                    const struct panel_next nx = panel_next_after(pw, wrb, wsz, rb, rbe, r, OP_ROWS, k0, k0 + kn, n, OP_K);
+                    const struct panel_next nx = panel_next_after(pw, wrb, wsz, rb, rbe, r, OP_ROWS, k0, k0 + kn, n, kstep);
                     const size_t groups = (tn + OP_TOK - 1) / OP_TOK;
                     for (size_t j = 0; j < tn; j += OP_TOK) {
                         panel_next_fetch(&nx, j / OP_TOK, groups);
@@ -220,13 +243,14 @@ INLINE void gemm_float_outer(int wt, size_t n, const void *w, size_t wrb, size_t
                                 _mm_prefetch((const char *)(y + (t0 + t) * ys + r), _MM_HINT_T0);
                                 _mm_prefetch((const char *)(y + (t0 + t) * ys + r + 16), _MM_HINT_T0);
                             }
-                        op_tile_rt(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, R, kn, panel, acts[j / OP_TOK],
-                                   y + (t0 + j) * ys + r, ys, k0 > 0);
+                        op_tile_rt(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, R, kn, panel,
+                                   acts + j / OP_TOK * kstep * OP_TOK, y + (t0 + j) * ys + r, ys, k0 > 0);
                     }
                 }
             }
         }
     }
+    return 1;
 }
 
 /* 2+ tokens (one token: KERNELS_FLOAT_ENTRIES's rows of dot_float) */
@@ -234,10 +258,7 @@ INLINE void gemm_float(int wt, size_t n, const void *w, size_t wrb, size_t r0, s
                        size_t n_tok, float *y, size_t ys)
 {
     const unsigned char *pw = w, *pa = a;
-    if (n_tok >= OP_MIN_TOK && n > 0) {
-        gemm_float_outer(wt, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
-        return;
-    }
+    if (n_tok >= OP_MIN_TOK && n > 0 && gemm_float_outer(wt, n, w, wrb, r0, r1, a, arb, n_tok, y, ys)) return;
     for (size_t r = r0; r < r1; r += 2) {
         int R = r + 1 < r1 ? 2 : 1;
         for (size_t j = 0; j < n_tok; j += 4) {

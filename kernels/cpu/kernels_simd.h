@@ -60,6 +60,14 @@ INLINE void prefetch_ahead(const unsigned char *p, size_t bytes)
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + KERNELS_PREFETCH + o), _MM_HINT_T0);
 }
 
+/* The chunk length that splits n elements into the fewest chunks of at most kmax (a multiple of
+ * 16), evenly: a multiple of 16, the last chunk possibly shorter. */
+INLINE size_t even_chunk(size_t n, size_t kmax)
+{
+    const size_t chunks = n ? (n + kmax - 1) / kmax : 1;
+    return ((n + chunks - 1) / chunks + 15) / 16 * 16;
+}
+
 /* The weights a float panel GEMM packs next: `rows` rows one stride apart (which the hardware
  * prefetchers do not follow), `bytes` of each from `at` on. They are asked for in pieces, one
  * before each tile of the current panel, so that the loads overlap the arithmetic. */

@@ -673,7 +673,8 @@ static void test_rows(enum cpu_isa max_isa)
 
 /* Every variant of every type on a wide slice: 37 rows sliced to [3, 37) (full 16-row panels and
  * a partial one), 1..140 tokens (crossing the float panel's 6-token groups and its 132-token
- * pass), 300 elements (two 128-element chunks and a tail); the quantized types on 288 (9 blocks: an
+ * pass), 300 elements (two 128-element chunks and a tail) and, for F32 and F16, 2336 (three evenly
+ * cut chunks of the AVX-512 outer GEMM, 19 of the AVX2 panel's); the quantized types on 288 (9 blocks: an
  * odd count for the AMX pairs of blocks) and 2336 (73 blocks: a second K chunk of the AMX panels,
  * summed onto the first). Against the reference gemm within the float-ordering bound; nothing
  * written outside the slice or past the last token. */
@@ -684,8 +685,9 @@ static void test_wide_gemm(void)
     static const struct {
         enum tensor_type t;
         size_t n;
-    } cases[] = {{TENSOR_F32, 300},  {TENSOR_F16, 300},  {TENSOR_BF16, 300}, {TENSOR_Q8_0, 288},
-                 {TENSOR_Q8_0, 2336}, {TENSOR_Q4_0, 288}, {TENSOR_Q4_0, 2336}};
+    } cases[] = {{TENSOR_F32, 300},   {TENSOR_F32, 2336},  {TENSOR_F16, 300},  {TENSOR_F16, 2336},
+                 {TENSOR_BF16, 300},  {TENSOR_Q8_0, 288},  {TENSOR_Q8_0, 2336}, {TENSOR_Q4_0, 288},
+                 {TENSOR_Q4_0, 2336}};
     const size_t r0 = 3, r1 = WR;
     float *x = t_xmalloc(WN * sizeof(float)), *y = t_xmalloc((size_t)WT * WS * sizeof(float));
     float *ref = t_xmalloc((size_t)WT * WS * sizeof(float)), *wd = t_xmalloc((size_t)WR * WN * sizeof(float));
