@@ -14,7 +14,6 @@
  * it measured faster (cpu_tune.c). */
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
-#include "kernels/cpu/scratch.h"
 
 #include "attnd/tensor.h"
 
@@ -242,10 +241,9 @@ INLINE void transpose8(__m256 r[8])
     }
 }
 
-/* panel[k - k0][ri] = W[r + ri][k] for k in [k0, k1), ri < R; rows R..15 are zero. */
-INLINE void fp_pack(int wt, const unsigned char *w, size_t wrb, int R, size_t k0, size_t k1, float *panel)
+/* panel[k][ri] = W[r + ri][k0 + k] for k < kn, ri < R; rows R..15 are zero. */
+INLINE void fp_pack(int wt, const unsigned char *w, size_t wrb, int R, size_t k0, size_t kn, float *panel)
 {
-    const size_t kn = k1 - k0;
     for (int rb = 0; rb < FP_ROWS; rb += 8) {
         size_t k = 0;
         for (; k + 8 <= kn; k += 8) {
@@ -312,7 +310,9 @@ INLINE void fp_tile(int T, int R, size_t kn, const float *panel, const float *ap
     }
 }
 
-static __attribute__((noinline)) void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys, int add)
+/* Not inlined into the driver: there GCC spilled an accumulator of the 6-token tile (45 -> 31 GMAC/s). */
+static __attribute__((noinline)) void fp_tile_rt(int T, int R, size_t kn, const float *panel, const float *ap, float *y,
+                                                 size_t ys, int add)
 {
     switch (T) {
     case 1: fp_tile(1, R, kn, panel, ap, y, ys, add); return;
@@ -324,44 +324,14 @@ static __attribute__((noinline)) void fp_tile_rt(int T, int R, size_t kn, const 
     }
 }
 
+#define FP_SHAPE ((struct float_panel_shape){FP_ROWS, FP_TOK, FP_GROUPS, FP_RBLK, FP_KMAX})
+
 /* 0 when the per-thread buffers cannot be had (the caller takes the dot-product tiles). */
 INLINE int gemm_float_panel(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
-                             size_t arb, size_t n_tok, float *y, size_t ys)
+                            size_t arb, size_t n_tok, float *y, size_t ys)
 {
-    const size_t es = wt == WT_F32 ? 4 : 2;
-    const size_t kstep = even_chunk(n, FP_KMAX);
-    float *panel = scratch_get((FP_GROUPS * FP_TOK + FP_ROWS) * kstep * sizeof(float));
-    if (!panel) return 0;
-    float *const acts = panel + FP_ROWS * kstep; /* FP_GROUPS x (kstep x FP_TOK) */
-    const unsigned char *pw = w, *pa = a;
-    for (size_t t0 = 0; t0 < n_tok; t0 += FP_GROUPS * FP_TOK) {
-        const size_t tn = n_tok - t0 < FP_GROUPS * FP_TOK ? n_tok - t0 : FP_GROUPS * FP_TOK;
-        /* row blocks keep the outputs a chunk adds into (132 tokens x 256 rows: 132 KiB) in L2 */
-        for (size_t rb = r0; rb < r1; rb += FP_RBLK) {
-            const size_t rbe = r1 - rb < FP_RBLK ? r1 : rb + FP_RBLK;
-            for (size_t k0 = 0; k0 < n || k0 == 0; k0 += kstep) {
-                const size_t k1 = n - k0 > kstep ? k0 + kstep : n;
-                for (size_t j = 0; j < tn; j += FP_TOK) {
-                    const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                    fp_pack_acts(T, pa + (t0 + j) * arb, arb, k0, k1 - k0, acts + j / FP_TOK * kstep * FP_TOK);
-                }
-                for (size_t r = rb; r < rbe; r += FP_ROWS) {
-                    const int R = rbe - r < FP_ROWS ? (int)(rbe - r) : FP_ROWS;
-                    fp_pack(wt, pw + r * wrb, wrb, R, k0, k1, panel);
-                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, FP_ROWS, k0, k1, n, kstep);
-                    const size_t groups = (tn + FP_TOK - 1) / FP_TOK;
-                    for (size_t j = 0; j < tn; j += FP_TOK) {
-                        const int T = tn - j < FP_TOK ? (int)(tn - j) : FP_TOK;
-                        panel_next_fetch(&nx, j / FP_TOK, groups);
-                        fp_tile_rt(T, R, k1 - k0, panel, acts + j / FP_TOK * kstep * FP_TOK, y + (t0 + j) * ys + r, ys,
-                                   k0 > 0);
-                    }
-                }
-                if (n == 0) break;
-            }
-        }
-    }
-    return 1;
+    return float_panel_gemm(FP_SHAPE, fp_pack_acts, fp_pack, fp_tile_rt, wt, n, w, wrb, r0, r1, a, arb, n_tok, y,
+                            ys);
 }
 
 void cpu_avx2_gemm_panel_f32(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, size_t arb,

@@ -10,7 +10,6 @@
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h"
 #include "kernels/cpu/kernels_simd512.h"
-#include "kernels/cpu/scratch.h"
 
 #include "attnd/tensor.h"
 
@@ -216,41 +215,8 @@ static size_t op_kmax(void)
 INLINE int gemm_float_outer(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                             size_t arb, size_t n_tok, float *y, size_t ys)
 {
-    const size_t kstep = even_chunk(n, op_kmax());
-    float *panel = scratch_get((OP_GROUPS * OP_TOK + OP_ROWS) * kstep * sizeof(float));
-    if (!panel) return 0;
-    float *const acts = panel + OP_ROWS * kstep; /* OP_GROUPS x (kstep x OP_TOK) */
-    const unsigned char *pw = w, *pa = a;
-    const size_t wsz = wt == WT_F32 ? 4 : 2;
-    for (size_t t0 = 0; t0 < n_tok; t0 += OP_GROUPS * OP_TOK) {
-        const size_t tn = n_tok - t0 < OP_GROUPS * OP_TOK ? n_tok - t0 : OP_GROUPS * OP_TOK;
-        for (size_t rb = r0; rb < r1; rb += OP_RBLK) {
-            const size_t rbe = r1 - rb < OP_RBLK ? r1 : rb + OP_RBLK;
-            for (size_t k0 = 0; k0 < n; k0 += kstep) {
-                const size_t kn = n - k0 < kstep ? n - k0 : kstep;
-                for (size_t j = 0; j < tn; j += OP_TOK)
-                    op_pack_a(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, pa + (t0 + j) * arb, arb, k0, kn,
-                              acts + j / OP_TOK * kstep * OP_TOK);
-                for (size_t r = rb; r < rbe; r += OP_ROWS) {
-                    const int R = rbe - r < OP_ROWS ? (int)(rbe - r) : OP_ROWS;
-                    op_pack_w(wt, pw + r * wrb, wrb, R, k0, kn, panel);
-                    const struct panel_next nx = panel_next_after(pw, wrb, wsz, rb, rbe, r, OP_ROWS, k0, k0 + kn, n, kstep);
-                    const size_t groups = (tn + OP_TOK - 1) / OP_TOK;
-                    for (size_t j = 0; j < tn; j += OP_TOK) {
-                        panel_next_fetch(&nx, j / OP_TOK, groups);
-                        if (k0 > 0 && j + OP_TOK < tn) /* the outputs the next tile adds to */
-                            for (size_t t = j + OP_TOK; t < tn && t < j + 2 * OP_TOK; t++) {
-                                _mm_prefetch((const char *)(y + (t0 + t) * ys + r), _MM_HINT_T0);
-                                _mm_prefetch((const char *)(y + (t0 + t) * ys + r + 16), _MM_HINT_T0);
-                            }
-                        op_tile_rt(tn - j < OP_TOK ? (int)(tn - j) : OP_TOK, R, kn, panel,
-                                   acts + j / OP_TOK * kstep * OP_TOK, y + (t0 + j) * ys + r, ys, k0 > 0);
-                    }
-                }
-            }
-        }
-    }
-    return 1;
+    const struct float_panel_shape shape = {OP_ROWS, OP_TOK, OP_GROUPS, OP_RBLK, op_kmax()};
+    return float_panel_gemm(shape, op_pack_a, op_pack_w, op_tile_rt, wt, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);
 }
 
 /* 2+ tokens (one token: KERNELS_FLOAT_ENTRIES's rows of dot_float) */

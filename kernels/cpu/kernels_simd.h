@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/scratch.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "kernels_simd.h needs -mavx2 -mfma -mf16c"
@@ -106,6 +107,68 @@ INLINE struct panel_next panel_next_after(const unsigned char *w, size_t wrb, si
     if (k1 < n) return panel_next_of(w + rb * wrb + k1 * es, wrb, re - rb < per ? re - rb : per,
                                      (n - k1 < kstep ? n - k1 : kstep) * es);
     return (struct panel_next){0};
+}
+
+/* ---- the float panel GEMM driver, shared by the AVX2 and AVX-512 outer-product kernels ----
+ * y (n_tok, rows [r0, r1)) (+)= a . W^T for f32/f16/bf16 weights W: per pass of groups x tok
+ * tokens and block of rblk rows, K is cut into even chunks of at most kmax elements; each chunk's
+ * activations are packed per token group (pack_a), then per panel of `rows` weight rows the chunk
+ * is converted and transposed once (pack_w) and every token group runs a tile (tile) that adds
+ * into y after the first chunk. While a panel's tiles run, the next panel's weights (panel_next)
+ * and the outputs the next tile adds to are asked for. Buffers: the thread's scratch_get.
+ * Returns 0 when those cannot be had. Inlined with constant shape and functions. */
+struct float_panel_shape {
+    size_t rows, tok, groups, rblk, kmax;
+};
+typedef void (*float_pack_a_fn)(int T, const unsigned char *a, size_t arb, size_t k0, size_t kn, float *ap);
+typedef void (*float_pack_w_fn)(int wt, const unsigned char *w, size_t wrb, int R, size_t k0, size_t kn, float *panel);
+typedef void (*float_tile_fn)(int T, int R, size_t kn, const float *panel, const float *ap, float *y, size_t ys,
+                              int add);
+
+/* The lines of y the tile of tokens [t, t + tok) and rows [r, r + rows) loads and adds to. */
+INLINE void prefetch_outputs(const float *y, size_t ys, size_t t, size_t t_end, size_t r, size_t rows)
+{
+    for (; t < t_end; t++)
+        for (size_t ri = 0; ri < rows; ri += 16) _mm_prefetch((const char *)(y + t * ys + r + ri), _MM_HINT_T0);
+}
+
+INLINE int float_panel_gemm(const struct float_panel_shape sh, float_pack_a_fn pack_a, float_pack_w_fn pack_w,
+                            float_tile_fn tile, int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1,
+                            const void *a, size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    const size_t es = wt == WT_F32 ? 4 : 2, kstep = even_chunk(n, sh.kmax), pass = sh.groups * sh.tok;
+    float *const panel = (float *)scratch_get((sh.groups * sh.tok + sh.rows) * (kstep ? kstep : 1) * sizeof(float));
+    if (!panel) return 0;
+    float *const acts = panel + sh.rows * kstep; /* groups x (kstep x tok) */
+    const unsigned char *pw = (const unsigned char *)w, *pa = (const unsigned char *)a;
+    for (size_t t0 = 0; t0 < n_tok; t0 += pass) {
+        const size_t tn = n_tok - t0 < pass ? n_tok - t0 : pass, groups = (tn + sh.tok - 1) / sh.tok;
+        for (size_t rb = r0; rb < r1; rb += sh.rblk) {
+            const size_t rbe = r1 - rb < sh.rblk ? r1 : rb + sh.rblk;
+            for (size_t k0 = 0; k0 < n || k0 == 0; k0 += kstep) { /* n == 0: one pass writes zeros */
+                const size_t kn = n - k0 < kstep ? n - k0 : kstep;
+                for (size_t g = 0; g < groups; g++) {
+                    const size_t j = g * sh.tok;
+                    pack_a(tn - j < sh.tok ? (int)(tn - j) : (int)sh.tok, pa + (t0 + j) * arb, arb, k0, kn,
+                           acts + g * kstep * sh.tok);
+                }
+                for (size_t r = rb; r < rbe; r += sh.rows) {
+                    const int R = rbe - r < sh.rows ? (int)(rbe - r) : (int)sh.rows;
+                    pack_w(wt, pw + r * wrb, wrb, R, k0, kn, panel);
+                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, sh.rows, k0, k0 + kn, n, kstep);
+                    for (size_t g = 0; g < groups; g++) {
+                        const size_t j = g * sh.tok, jn = j + sh.tok;
+                        panel_next_fetch(&nx, g, groups);
+                        if (k0 > 0 && jn < tn) prefetch_outputs(y, ys, t0 + jn, t0 + (jn + sh.tok < tn ? jn + sh.tok : tn), r, (size_t)R);
+                        tile(tn - j < sh.tok ? (int)(tn - j) : (int)sh.tok, R, kn, panel, acts + g * kstep * sh.tok,
+                             y + (t0 + j) * ys + r, ys, k0 > 0);
+                    }
+                }
+                if (n == 0) break;
+            }
+        }
+    }
+    return 1;
 }
 
 /* The 32 weights of block b as int8: Q8_0 as stored, Q4_0 unpacked (low nibbles are elements
