@@ -509,16 +509,21 @@ static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
     const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i i1 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     size_t b = 0;
+    /* the 8 blocks' f16 scales are words 0, 9, .., 63 of their first 128 bytes */
+    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63,
+                                        54, 45, 36, 27, 18, 9, 0);
     for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
         prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
-        const __m512 s = _mm512_castps256_ps512(q4_scales8(pw, m->d + b));
+        const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)pw), si,
+                                                    _mm512_loadu_si512((const void *)(pw + 64)));
+        const __m512 s = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(h)), _mm256_load_ps(m->d + b)));
         acc0 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc0);
         acc1 = q4_quad(pw + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, s), acc1);
     }
-    if (b < nb) { /* 4 blocks left (a row of 896: 28 blocks), their 4 scales from 4 loads */
-        const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)(pw[0] | pw[1] << 8), (short)(pw[18] | pw[19] << 8),
-                                                     (short)(pw[36] | pw[37] << 8), (short)(pw[54] | pw[55] << 8), 0,
-                                                     0, 0, 0));
+    if (b < nb) { /* 4 blocks left (a row of 896: 28 blocks), their 4 scales from their first 64 bytes */
+        const __m512i h = _mm512_permutexvar_epi16(si, _mm512_loadu_si512((const void *)pw));
+        const __m128 d = _mm_cvtph_ps(_mm512_castsi512_si128(h));
         const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(d, _mm_loadu_ps(m->d + b)));
         acc1 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc1);
     }
