@@ -450,14 +450,16 @@ static inline __attribute__((always_inline)) __m256 mv_block(int q4, const unsig
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(pw) * da), acc);
 }
 
-/* The f16 scales of 8 Q4_0 blocks from pw, as floats, times the activation scales da. */
+/* The f16 scales of 8 Q4_0 blocks from pw, as floats, times the activation scales da. Scale k sits
+ * at byte 18k: in the 32 bytes from 32q (q = k / 2) it is word 2q of lane 0 (k even) or word 2q + 1
+ * of lane 1 (k odd), so three word blends and one across the lanes gather them (a vpgatherdd
+ * cost more than the blocks' dot products). */
 static inline __m256 q4_scales8(const unsigned char *pw, const float *da)
 {
-    const __m256i off = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
-    const __m256i g = _mm256_i32gather_epi32((const int *)(const void *)pw, off, 1);
-    const __m256i lo16 = _mm256_shuffle_epi8(g, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
-                                                                 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
-    const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(lo16, 0x08));
+    const __m256i b01 = _mm256_blend_epi16(loadu256(pw), loadu256(pw + 32), 0xcc);
+    const __m256i b23 = _mm256_blend_epi16(loadu256(pw + 64), loadu256(pw + 96), 0xcc);
+    const __m256i t = _mm256_blend_epi16(b01, b23, 0xf0);
+    const __m128i h = _mm_blend_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1), 0xaa);
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_load_ps(da));
 }
 
