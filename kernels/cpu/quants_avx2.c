@@ -416,7 +416,7 @@ struct mv_act {
     _Alignas(32) float d[MV_MAX_BLOCKS];
     /* Q4_0, per pair of blocks p: lo = elements 0..15 of block 2p then of 2p+1, hi = 16..31 */
     _Alignas(32) int8_t lo[MV_MAX_BLOCKS / 2][32], hi[MV_MAX_BLOCKS / 2][32];
-    _Alignas(32) int32_t init[MV_MAX_BLOCKS / 2][8]; /* lanes 0 and 4: -8 * sum(a) of each block */
+    _Alignas(32) int32_t init[MV_MAX_BLOCKS / 2][8]; /* lanes 0 and 4: -off * sum(a) of each block */
 };
 
 static int block_sum(const unsigned char *q)
@@ -427,16 +427,17 @@ static int block_sum(const unsigned char *q)
     return _mm_cvtsi128_si32(_mm_hadd_epi32(h, h));
 }
 
-static void mv_decode(int q4, const unsigned char *pa, size_t nb, struct mv_act *m)
+/* off: what the stored unsigned weights are offset by (Q4_0 8, Q5_0 16), 0 for Q8_0 (scales only) */
+static void mv_decode(int off, const unsigned char *pa, size_t nb, struct mv_act *m)
 {
     for (size_t b = 0; b < nb; b++) m->d[b] = ld_f16(pa + b * CPU_Q8_0_BYTES);
-    if (!q4) return;
+    if (!off) return;
     for (size_t p = 0; p < nb / 2; p++) {
         const unsigned char *b0 = pa + 2 * p * CPU_Q8_0_BYTES + 2, *b1 = b0 + CPU_Q8_0_BYTES;
         memcpy(m->lo[p], b0, 16), memcpy(m->lo[p] + 16, b1, 16);
         memcpy(m->hi[p], b0 + 16, 16), memcpy(m->hi[p] + 16, b1 + 16, 16);
         _mm256_store_si256((__m256i *)(void *)m->init[p],
-                           _mm256_setr_epi32(-8 * block_sum(b0), 0, 0, 0, -8 * block_sum(b1), 0, 0, 0));
+                           _mm256_setr_epi32(-off * block_sum(b0), 0, 0, 0, -off * block_sum(b1), 0, 0, 0));
     }
 }
 
@@ -496,6 +497,55 @@ static inline __attribute__((always_inline)) __m512 q4_quad(const unsigned char 
     isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), hi);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
 }
+
+/* Blocks 4q..4q+3 of a Q5_0 row (at pw, 22 bytes each: f16 d, 32 fifth bits, 16 bytes of nibbles)
+ * against the rearranged activation pairs 2q, 2q+1, their init holding -16 * sum(a): the
+ * nibbles as in q4_quad, each fifth bit adding 16 under a byte mask (the low nibbles' bits are
+ * bits 0..15 of each block's 32, the high ones' 16..31); the four scales are words 0, 11, 22, 33
+ * of the 88 bytes (a masked load: nothing past the blocks is read). */
+static inline __attribute__((always_inline)) __m512 q5_quad(const unsigned char *pw, const struct mv_act *m, size_t q,
+                                                            const float *da, __m512 acc)
+{
+    enum { B = 22 };
+    __m512i raw = _mm512_castsi128_si512(loadu128(pw + 6));
+    raw = _mm512_inserti32x4(raw, loadu128(pw + B + 6), 1);
+    raw = _mm512_inserti32x4(raw, loadu128(pw + 2 * B + 6), 2);
+    raw = _mm512_inserti32x4(raw, loadu128(pw + 3 * B + 6), 3);
+    uint32_t qh[4];
+    for (int i = 0; i < 4; i++) memcpy(&qh[i], pw + i * B + 2, 4);
+    const __mmask64 lo5 = _cvtu64_mask64((uint64_t)(qh[0] & 0xffff) | (uint64_t)(qh[1] & 0xffff) << 16 |
+                                         (uint64_t)(qh[2] & 0xffff) << 32 | (uint64_t)(qh[3] & 0xffff) << 48);
+    const __mmask64 hi5 = _cvtu64_mask64((uint64_t)(qh[0] >> 16) | (uint64_t)(qh[1] >> 16) << 16 |
+                                         (uint64_t)(qh[2] >> 16) << 32 | (uint64_t)(qh[3] >> 16) << 48);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
+    __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    lo = _mm512_mask_add_epi8(lo, lo5, lo, sixteen);
+    hi = _mm512_mask_add_epi8(hi, hi5, hi, sixteen);
+    __m512i isum = _mm512_loadu_si512((const void *)m->init[2 * q]);
+    isum = _mm512_dpbusd_epi32(isum, lo, _mm512_loadu_si512((const void *)m->lo[2 * q]));
+    isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512((const void *)m->hi[2 * q]));
+    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 3 * B / 2, 2 * B / 2, B / 2, 0);
+    const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)pw), si,
+                                                _mm512_maskz_loadu_epi8((__mmask64)0xffffff, pw + 64)); /* bytes 64..87 */
+    const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm512_castsi512_si128(h)), _mm_loadu_ps(da)));
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(spread, s), acc);
+}
+
+/* The blocks [0, nb) of a Q5_0 row, nb a multiple of 4. */
+static float q5_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
+{
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8, pw += 8 * 22) {
+        prefetch_ahead(pw, 8 * 22);
+        acc0 = q5_quad(pw, m, b / 4, m->d + b, acc0);
+        acc1 = q5_quad(pw + 4 * 22, m, b / 4 + 1, m->d + b + 4, acc1);
+    }
+    if (b < nb) acc0 = q5_quad(pw, m, b / 4, m->d + b, acc0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
 #endif
 
 /* The blocks [0, nb) of a Q4_0 row: nb a multiple of Q4_ROW_STEP. */
@@ -549,14 +599,37 @@ static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
 #endif
 }
 
+#ifdef QUANTS_VNNI
+/* Q5_0 rows [r0, r1): whole 4-block steps by q5_row, the rest (n / 32 % 4 blocks) by dot32_block. */
+static void q5_matvec(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y,
+                      struct mv_act *act)
+{
+    const size_t nb = n / 32, nb4 = nb / 4 * 4;
+    const unsigned char *pa = a;
+    mv_decode(16, pa, nb, act);
+    for (size_t r = r0; r < r1; r++) {
+        const unsigned char *pw = (const unsigned char *)w + r * wrb;
+        __m256 acc = _mm256_setzero_ps(), accm = acc;
+        for (size_t b = nb4; b < nb; b++) dot32_block(K_Q5_0, pw + b * 22, pa + b * CPU_Q8_0_BYTES, &acc, &accm);
+        y[r] = (nb4 ? q5_row(pw, nb4, act) : 0.0f) + hsum_ps(acc);
+    }
+}
+#endif
+
 int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y)
 {
     static __thread struct mv_act act;
     const int q4 = t == TENSOR_Q4_0;
     const size_t nb = n / 32, bw = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+#ifdef QUANTS_VNNI
+    if (t == TENSOR_Q5_0 && nb <= MV_MAX_BLOCKS) {
+        q5_matvec(n, w, wrb, r0, r1, a, y, &act);
+        return 1;
+    }
+#endif
     if ((t != TENSOR_Q8_0 && !q4) || nb > MV_MAX_BLOCKS) return 0;
     const unsigned char *pa = a;
-    mv_decode(q4, pa, nb, &act);
+    mv_decode(q4 ? 8 : 0, pa, nb, &act);
     const size_t nb8 = q4 ? nb / Q4_ROW_STEP * Q4_ROW_STEP : 0; /* Q4_0: whole steps in q4_row */
     for (size_t r = r0; r < r1; r++) {
         const unsigned char *pw = (const unsigned char *)w + r * wrb;

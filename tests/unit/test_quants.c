@@ -304,7 +304,9 @@ static void test_simd(enum tensor_type t, enum cpu_isa best)
 
 /* The multi-token GEMM (weight panels of 8 rows x 32 blocks, 64 tokens per chunk, groups of 4)
  * on shapes that cut every one of those: 19 rows sliced to [3, 19), tokens 2..70, 40 blocks of
- * 32 (a partial second block chunk; 70 tokens: a second chunk, a partial group). Each result against the scalar reference dot within
+ * 32 (a partial second block chunk; 70 tokens: a second chunk, a partial group), 46 for the
+ * 32-block types (the one-token row loops: 8-block steps, a 4-block step, 2 single blocks).
+ * Each result against the scalar reference dot within
  * (blocks + 4) * FLT_EPSILON * S (the panel sums per block in float, the reference per
  * super-block in int32); y outside the slice and past the last token stays untouched. */
 #define TG_ROWS 19
@@ -314,7 +316,7 @@ static void test_simd(enum tensor_type t, enum cpu_isa best)
 static void test_gemm_tiles(enum tensor_type t, enum cpu_isa best)
 {
     static const size_t toks[] = {1, 2, 3, 4, 5, 8, 13, 31, 32, 33, 63, 64, 65, 70};
-    const size_t be = tensor_block_elems(t), bb = tensor_block_bytes(t), n = 40 * 32, nb = n / be;
+    const size_t be = tensor_block_elems(t), bb = tensor_block_bytes(t), n = (be == 32 ? 46 : 40) * 32, nb = n / be;
     uint64_t abytes = 0;
     tensor_nbytes(cpu_vec_dot_type(t), n, &abytes);
     const size_t wrb = nb * bb + PAD, arb = (size_t)abytes + PAD, r0 = 3, r1 = TG_ROWS;
