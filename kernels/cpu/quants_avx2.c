@@ -268,20 +268,38 @@ float QS(dot_q3_k)(size_t n, const void *w, const void *a)
     return hsum_ps(acc);
 }
 
-/* Q4_K, and Q5_K when has_qh (fifth bits at pw + 16, nibbles at pw + 48). */
+/* The 8 6-bit scales and 8 mins of a Q4_K/Q5_K super-block (its 12 bytes at s, as
+ * quants_k4_scales decodes them), as bytes: sc = bytes 0..7, mn = bytes 8..15. Words u0, u1, u2:
+ * sc[0..3] = u0 & 63, mn[0..3] = u1 & 63 (per byte); sc[4..7] = the low nibbles of u2 with the top
+ * 2 bits of u0's bytes above them, mn[4..7] = the high nibbles of u2 with u1's top 2 bits. */
+static inline __m128i k4_scales_mins(const unsigned char *s)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4), memcpy(&u1, s + 4, 4), memcpy(&u2, s + 8, 4);
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    return _mm_setr_epi32((int)(u0 & 0x3f3f3f3fu), (int)sc_hi, (int)(u1 & 0x3f3f3f3fu), (int)mn_hi);
+}
+
+/* Q4_K, and Q5_K when has_qh (fifth bits at pw + 16, nibbles at pw + 48). The mins' term
+ * sum_s mn[s] * (bsum[2s] + bsum[2s+1]) of each super-block is one vpmaddwd of the activations'
+ * 16 block sums against the mins, each twice, summed in floats across super-blocks. */
 static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     const size_t bb = has_qh ? 176 : 144;
-    __m256 acc = _mm256_setzero_ps();
-    float tail = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), accm = acc;
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += bb, pa += QUANTS_Q8_K_BYTES) {
         prefetch_ahead(pw, bb);
-        int16_t sc[8], mn[8];
-        quants_k4_scales(pw + 4, sc, mn);
+        const __m128i scmn = k4_scales_mins(pw + 4);
+        _Alignas(16) int16_t sc[8];
+        _mm_store_si128((__m128i *)(void *)sc, _mm_cvtepu8_epi16(scmn));
+        const __m128i mn8 = _mm_srli_si128(scmn, 8);
+        const __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* mn[s] at 2s, 2s + 1 */
+        const __m256i bsums = loadu256(pa + 4 + QUANTS_QK_K);
         const float da = ld_f32(pa);
-        int summ = 0;
-        for (int s = 0; s < 8; s++) summ += mn[s] * (q8k_bsum(pa, 2 * s) + q8k_bsum(pa, 2 * s + 1));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(pw + 2) * da), _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mn2)),
+                               accm);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
         __m256i sumi = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
@@ -291,9 +309,8 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
             sumi = scaled_pairs(sumi, p1, _mm256_set1_epi16(sc[2 * k + 1]));
         }
         acc = k_acc(acc, ld_f16(pw) * da, sumi);
-        tail -= ld_f16(pw + 2) * da * (float)summ;
     }
-    return hsum_ps(acc) + tail;
+    return hsum_ps(_mm256_sub_ps(acc, accm));
 }
 
 float QS(dot_q4_k)(size_t n, const void *w, const void *a) { return dot_q45_k(0, n, w, a); }
