@@ -147,14 +147,21 @@ static inline __m256i q45k_sub(int has_qh, const unsigned char *pw, int k, int h
     return v;
 }
 
-/* Q6_K super-block at pw: chunk k (0..3) of half h (0..1), 32 weights as q - 32. Low nibbles of
- * ql[64h + 32(k%2) + l] for k < 2, high ones after; the top 2 bits are bits 2k of qh[32h + l]. */
-static inline __m256i q6k_chunk(const unsigned char *pw, int h, int k)
+/* Q6_K super-block at pw: chunk k (0..3) of half h (0..1), 32 weights as the unsigned q (0..63).
+ * Low nibbles of ql[64h + 32(k%2) + l] for k < 2, high ones after; the top 2 bits are bits 2k of
+ * qh[32h + l]. */
+static inline __m256i q6k_chunk_u(const unsigned char *pw, int h, int k)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ql = loadu256(pw + 64 * h + 32 * (k & 1)), qh = loadu256(pw + 128 + 32 * h);
     const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
     const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4);
-    return _mm256_sub_epi8(_mm256_or_si256(lo, top), _mm256_set1_epi8(32));
+    return _mm256_or_si256(lo, top);
+}
+
+/* The same chunk as weights, q - 32. */
+static inline __m256i q6k_chunk(const unsigned char *pw, int h, int k)
+{
+    return _mm256_sub_epi8(q6k_chunk_u(pw, h, k), _mm256_set1_epi8(32));
 }
 
 /* Q3_K super-block at pw: chunk j (0..3) of half h (0..1), 32 weights as q in -4..3 (the low 2
@@ -316,21 +323,34 @@ static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a
 float QS(dot_q4_k)(size_t n, const void *w, const void *a) { return dot_q45_k(0, n, w, a); }
 float QS(dot_q5_k)(size_t n, const void *w, const void *a) { return dot_q45_k(1, n, w, a); }
 
+/* The weights as the unsigned q against the activations (no sign trick), less 32 times the
+ * scaled block sums: sum (q - 32) a = sum q a - 32 sum a per 16 weights, the second term one
+ * vpmaddwd of the activations' 16 block sums against the 16 scales. Each chunk's two scales
+ * are picked from the 16 (both lanes hold one half's 8) by one byte shuffle. */
 float QS(dot_q6_k)(size_t n, const void *w, const void *a)
 {
     const unsigned char *pw = w, *pa = a;
     __m256 acc = _mm256_setzero_ps();
+    const __m256i pick[4] = {
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11,
+                         10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15,
+                         14, 15, 14, 15, 14, 15, 14, 15)};
     for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 210, pa += QUANTS_Q8_K_BYTES) {
         prefetch_ahead(pw, 210);
-        const int8_t *sc = (const int8_t *)(const void *)(pw + 192);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(pw + 192)));
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++)
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_slli_epi32(_mm256_madd_epi16(loadu256(pa + 4 + QUANTS_QK_K), sc16), 5));
+        for (int h = 0; h < 2; h++) {
+            const __m256i sch = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
             for (int k = 0; k < 4; k++) {
-                const int s = 8 * h + 2 * k;
-                const __m256i p = pairs_s8(q6k_chunk(pw, h, k), loadu256(qa + 128 * h + 32 * k));
-                sumi = scaled_pairs(sumi, p, scale2(sc[s], sc[s + 1]));
+                const __m256i p = pairs_u8(q6k_chunk_u(pw, h, k), loadu256(qa + 128 * h + 32 * k));
+                sumi = scaled_pairs(sumi, p, _mm256_shuffle_epi8(sch, pick[k]));
             }
+        }
         acc = k_acc(acc, ld_f16(pw + 208) * ld_f32(pa), sumi);
     }
     return hsum_ps(acc);
