@@ -155,11 +155,12 @@ INLINE int float_panel_gemm(const struct float_panel_shape sh, float_pack_a_fn p
                 for (size_t r = rb; r < rbe; r += sh.rows) {
                     const int R = rbe - r < sh.rows ? (int)(rbe - r) : (int)sh.rows;
                     pack_w(wt, pw + r * wrb, wrb, R, k0, kn, panel);
-                    const struct panel_next nx = panel_next_after(pw, wrb, es, rb, rbe, r, sh.rows, k0, k0 + kn, n, kstep);
+                    const struct panel_next nx =
+                        panel_next_after(pw, wrb, es, rb, rbe, r, sh.rows, k0, k0 + kn, n, kstep);
                     for (size_t g = 0; g < groups; g++) {
-                        const size_t j = g * sh.tok, jn = j + sh.tok;
+                        const size_t j = g * sh.tok, jn = j + sh.tok, jn_end = jn + sh.tok < tn ? jn + sh.tok : tn;
                         panel_next_fetch(&nx, g, groups);
-                        if (k0 > 0 && jn < tn) prefetch_outputs(y, ys, t0 + jn, t0 + (jn + sh.tok < tn ? jn + sh.tok : tn), r, (size_t)R);
+                        if (k0 > 0 && jn < tn) prefetch_outputs(y, ys, t0 + jn, t0 + jn_end, r, (size_t)R);
                         tile(tn - j < sh.tok ? (int)(tn - j) : (int)sh.tok, R, kn, panel, acts + g * kstep * sh.tok,
                              y + (t0 + j) * ys + r, ys, k0 > 0);
                     }

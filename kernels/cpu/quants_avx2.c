@@ -345,7 +345,8 @@ float QS(dot_q6_k)(size_t n, const void *w, const void *a)
         __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
                                         _mm256_slli_epi32(_mm256_madd_epi16(loadu256(pa + 4 + QUANTS_QK_K), sc16), 5));
         for (int h = 0; h < 2; h++) {
-            const __m256i sch = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+            const __m128i half = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
+            const __m256i sch = _mm256_broadcastsi128_si256(half); /* scales 8h..8h+7 in both lanes */
             for (int k = 0; k < 4; k++) {
                 const __m256i p = pairs_u8(q6k_chunk_u(pw, h, k), loadu256(qa + 128 * h + 32 * k));
                 sumi = scaled_pairs(sumi, p, _mm256_shuffle_epi8(sch, pick[k]));
@@ -563,8 +564,8 @@ static inline __attribute__((always_inline)) __m512 q5_quad(const unsigned char 
     isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512((const void *)m->hi[2 * q]));
     const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         0, 0, 3 * B / 2, 2 * B / 2, B / 2, 0);
-    const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)pw), si,
-                                                _mm512_maskz_loadu_epi8((__mmask64)0xffffff, pw + 64)); /* bytes 64..87 */
+    const __m512i tail = _mm512_maskz_loadu_epi8((__mmask64)0xffffff, pw + 64); /* bytes 64..87 */
+    const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)pw), si, tail);
     const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm512_castsi512_si128(h)), _mm_loadu_ps(da)));
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(spread, s), acc);
