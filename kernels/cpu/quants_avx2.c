@@ -761,13 +761,12 @@ static void pg_unpack_q45_k(int has_qh, const unsigned char *row, size_t b0, siz
     const size_t bb = has_qh ? 176 : 144;
     for (size_t sb = 0; sb < nb / 8; sb++) {
         const unsigned char *pw = row + (b0 / 8 + sb) * bb;
-        int16_t sc[8], mn[8];
-        quants_k4_scales(pw + 4, sc, mn);
-        const float d = ld_f16(pw), dmin = ld_f16(pw + 2);
-        for (int j = 0; j < 8; j++) {
-            store_q(q + 32 * (8 * sb + (size_t)j), q45k_sub(has_qh, pw, j / 2, j % 2));
-            s[8 * sb + (size_t)j] = d * sc[j], m[8 * sb + (size_t)j] = dmin * mn[j];
-        }
+        const __m128i scmn = k4_scales_mins(pw + 4);
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scmn));
+        const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scmn, 8)));
+        _mm256_storeu_ps(s + 8 * sb, _mm256_mul_ps(_mm256_set1_ps(ld_f16(pw)), sc));
+        _mm256_storeu_ps(m + 8 * sb, _mm256_mul_ps(_mm256_set1_ps(ld_f16(pw + 2)), mn));
+        for (int j = 0; j < 8; j++) store_q(q + 32 * (8 * sb + (size_t)j), q45k_sub(has_qh, pw, j / 2, j % 2));
     }
 }
 
