@@ -25,7 +25,8 @@ if has q4_k_m && [ ! -f "$q4" ]; then # written under another name first: an int
   mv "$q4.tmp" "$q4"
 fi
 # one bench_model run: "test tokens/s" lines
-attnd_once() { "$BUILD/bench/bench_model" "$1" "$THREADS" 1 x | awk -F'|' '$3 ~ /pp|tg/ {gsub(/ /, "", $3); print $3, $4 + 0}'; }
+# ("read": generation's ceiling, the weight bytes of a token only read; see bench_model.c)
+attnd_once() { "$BUILD/bench/bench_model" "$1" "$THREADS" 1 x | awk -F'|' '$3 ~ /pp|tg|read/ {gsub(/ /, "", $3); print $3, $4 + 0}'; }
 # one llama-bench run over the same tests: "test tokens/s" lines
 ref_once() {
   "$REF_BIN/llama-bench" -m "$1" -t "$THREADS" -p 128,512 -n 64 -r 1 -o md 2>/dev/null |
@@ -57,6 +58,20 @@ if [ -n "${REF_BIN:-}" ]; then
       printf "| %-25s | %-8s | %9s | %9s | %5sx |\n" "qwen2.5-0.5b-shape $t" "$test" "$a" "$b" \
         "$(awk -v a="$a" -v b="$b" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')"
     done
+  done
+  echo
+  echo "Generation against its ceiling: 'read' reads the weight bytes one token multiplies, in the engine's"
+  echo "jobs and thread split, and does nothing with them; no engine that reads each weight once per token"
+  echo "can generate faster. The last column is the most any engine could be ahead of the reference here."
+  echo
+  echo "| model                     | read tokens/s | attnd tg64   | reference tg64 | ceiling / reference |"
+  echo "|---------------------------|---------------|--------------|----------------|---------------------|"
+  for t in $TYPES; do
+    c=$(awk '$1 == "read" {print $2}' "$tmp/a.$t" | median_of)
+    a=$(awk '$1 == "tg64" {print $2}' "$tmp/a.$t" | median_of)
+    b=$(awk '$1 == "tg64" {print $2}' "$tmp/r.$t" | median_of)
+    awk -v t="$t" -v c="$c" -v a="$a" -v b="$b" 'BEGIN {
+      printf "| %-25s | %13s | %5s (%3.0f%%) | %7s (%3.0f%%) | %18.2fx |\n", "qwen2.5-0.5b-shape " t, c, a, 100 * a / c, b, 100 * b / c, c / b }'
   done
   rm -rf "$tmp"
 else

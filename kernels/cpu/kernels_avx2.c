@@ -93,6 +93,35 @@ INLINE float dot_float(int wt, size_t n, const unsigned char *w, const unsigned 
     return s;
 }
 
+/* The dots of MV_STREAMS rows (pw) with a, read side by side (mv_streams): each activation vector
+ * serves every row. */
+INLINE void dot_float_rows(int wt, size_t n, const unsigned char *const pw[MV_STREAMS], const unsigned char *a,
+                           float out[MV_STREAMS])
+{
+    enum { R = MV_STREAMS };
+    __m256 acc[R][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    size_t i = 0;
+    const size_t wsz = wt == WT_F32 ? 4 : 2;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a0 = load_a8(a, i), a1 = load_a8(a, i + 8);
+        MV_ROWS {
+            prefetch_ahead(pw[k] + wsz * i, 16 * wsz);
+            acc[k][0] = _mm256_fmadd_ps(load_w8(wt, pw[k], i), a0, acc[k][0]);
+            acc[k][1] = _mm256_fmadd_ps(load_w8(wt, pw[k], i + 8), a1, acc[k][1]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a0 = load_a8(a, i);
+        MV_ROWS acc[k][0] = _mm256_fmadd_ps(load_w8(wt, pw[k], i), a0, acc[k][0]);
+    }
+    MV_ROWS out[k] = hsum8(_mm256_add_ps(acc[k][0], acc[k][1]));
+    for (; i < n; i++) {
+        const float av = ld_f32(a + 4 * i);
+        MV_ROWS out[k] += load_w1(wt, pw[k], i) * av;
+    }
+}
+
 /* R (1..3) weight rows x T (1..4) tokens over elements [k0, k1): each weight vector is loaded
  * once for T tokens and each activation vector once for R rows (3 x 4: 7 loads per 12 FMAs, 16
  * registers). Writes (with add: adds to) y[j*ys + ri] for ri < R, j < T. */

@@ -60,6 +60,33 @@ INLINE float dot_float(int wt, size_t n, const unsigned char *w, const unsigned 
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+/* The dots of MV_STREAMS rows (pw) with a, read side by side (mv_streams): each activation vector
+ * serves every row. */
+INLINE void dot_float_rows(int wt, size_t n, const unsigned char *const pw[MV_STREAMS], const unsigned char *a,
+                           float out[MV_STREAMS])
+{
+    enum { R = MV_STREAMS };
+    const __mmask16 all = 0xffff;
+    __m512 acc[R][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+    size_t i = 0;
+    const size_t wsz = wt == WT_F32 ? 4 : 2;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a0 = load_a16(a, i, all), a1 = load_a16(a, i + 16, all);
+        MV_ROWS {
+            prefetch_ahead(pw[k] + wsz * i, 32 * wsz);
+            acc[k][0] = _mm512_fmadd_ps(load_w16(wt, pw[k], i, all), a0, acc[k][0]);
+            acc[k][1] = _mm512_fmadd_ps(load_w16(wt, pw[k], i + 16, all), a1, acc[k][1]);
+        }
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? all : tail_mask(n - i);
+        const __m512 a0 = load_a16(a, i, m);
+        MV_ROWS acc[k][0] = _mm512_fmadd_ps(load_w16(wt, pw[k], i, m), a0, acc[k][0]);
+    }
+    MV_ROWS out[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]));
+}
+
 /* R (1..2) weight rows x T (1..4) tokens; writes y[j*ys + ri]. */
 INLINE void tile_float(int wt, int R, int T, size_t n, const unsigned char *w, size_t wrb, const unsigned char *a,
                        size_t arb, float *y, size_t ys)

@@ -56,6 +56,36 @@ INLINE __m256 exp8(__m256 x)
  * that is the next row's start. */
 #define KERNELS_PREFETCH 2048
 
+/* A matrix-vector product reads MV_STREAMS rows at a time, one from each quarter of its range
+ * [r0, r1): rows r0 + k, r0 + q + k, r0 + 2q + k, r0 + 3q + k (q = (r1 - r0) / 4; the last rows
+ * left over go one at a time), so each thread reads several weight streams far apart. With one
+ * stream the dot loops left the memory idle (F16 896 x 4864 and 151936 x 896, two threads:
+ * 31.5 -> 41.8 and 33.8 -> 39.3 GB/s with two or four streams; a plain one-stream read of the
+ * same bytes, 40 and 38; Q4_0 generation 95 -> 112 tokens/s with two, 116 with four).
+ * fn(R, pw, ctx, out) computes R rows (pw[0..R), R = MV_STREAMS or 1) into out[0..R). */
+#define MV_STREAMS 4
+#define MV_ROWS for (int k = 0; k < R; k++)
+typedef void (*mv_rows_fn)(int R, const unsigned char *const pw[MV_STREAMS], const void *ctx, float out[MV_STREAMS]);
+
+INLINE void mv_streams(mv_rows_fn fn, const void *ctx, const unsigned char *w, size_t wrb, size_t r0, size_t r1,
+                       float *y)
+{
+    const size_t q = (r1 - r0) / MV_STREAMS;
+    for (size_t r = r0; r < r0 + q; r++) {
+        const unsigned char *pw[MV_STREAMS];
+        float out[MV_STREAMS];
+        for (int k = 0; k < MV_STREAMS; k++) pw[k] = w + (r + (size_t)k * q) * wrb;
+        fn(MV_STREAMS, pw, ctx, out);
+        for (int k = 0; k < MV_STREAMS; k++) y[r + (size_t)k * q] = out[k];
+    }
+    for (size_t r = r0 + MV_STREAMS * q; r < r1; r++) {
+        const unsigned char *pw[MV_STREAMS] = {w + r * wrb};
+        float out[MV_STREAMS];
+        fn(1, pw, ctx, out);
+        y[r] = out[0];
+    }
+}
+
 INLINE void prefetch_ahead(const unsigned char *p, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + KERNELS_PREFETCH + o), _MM_HINT_T0);
@@ -195,9 +225,21 @@ INLINE float scale_w(int q4, const unsigned char *row, size_t b)
 }
 
 /* Defines cpu_<isa>_vec_dot_{f32,f16,bf16} and cpu_<isa>_gemm_{f32,f16,bf16} (declared in
- * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a) and gemm_float(wt, ...)
- * (2+ tokens; one token is a row of dot_float per output). */
+ * cpu_kernels_impl.h) over the including file's dot_float(wt, n, w, a), dot_float_rows(wt, n, pw,
+ * a, out) (MV_STREAMS rows at once) and gemm_float(wt, ...) (2+ tokens; one token takes its rows
+ * through mv_streams). */
+struct float_rows_ctx {
+    int wt;
+    size_t n;
+    const unsigned char *a;
+};
 #define KERNELS_FLOAT_ENTRIES(isa)                                                                          \
+    INLINE void float_rows(int R, const unsigned char *const pw[MV_STREAMS], const void *ctx, float out[MV_STREAMS]) \
+    {                                                                                                          \
+        const struct float_rows_ctx *c = (const struct float_rows_ctx *)ctx;                                  \
+        if (R == MV_STREAMS) dot_float_rows(c->wt, c->n, pw, c->a, out);                                       \
+        else out[0] = dot_float(c->wt, c->n, pw[0], c->a);                                                     \
+    }                                                                                                          \
     static void gemm_float_any(int wt, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, \
                                size_t arb, size_t n_tok, float *y, size_t ys)                                 \
     {                                                                                                          \
@@ -205,7 +247,8 @@ INLINE float scale_w(int q4, const unsigned char *row, size_t b)
             gemm_float(wt, n, w, wrb, r0, r1, a, arb, n_tok, y, ys);                                           \
             return;                                                                                            \
         }                                                                                                      \
-        for (size_t r = r0; r < r1; r++) y[r] = dot_float(wt, n, (const unsigned char *)w + r * wrb, a);      \
+        const struct float_rows_ctx c = {wt, n, (const unsigned char *)a};                                    \
+        mv_streams(float_rows, &c, (const unsigned char *)w, wrb, r0, r1, y);                                  \
     }                                                                                                          \
     float cpu_##isa##_vec_dot_f32(size_t n, const void *w, const void *a) { return dot_float(WT_F32, n, w, a); } \
     float cpu_##isa##_vec_dot_f16(size_t n, const void *w, const void *a) { return dot_float(WT_F16, n, w, a); } \

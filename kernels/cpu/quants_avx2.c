@@ -457,6 +457,8 @@ struct mv_act {
     _Alignas(32) int32_t init[MV_MAX_BLOCKS / 2][8]; /* lanes 0 and 4: -off * sum(a) of each block */
 };
 
+/* The row functions below take R rows (pw[0..R), R = MV_STREAMS or 1: mv_streams) and write
+ * out[0..R); one body serves both counts. */
 static int block_sum(const unsigned char *q)
 {
     const __m256i s = quads_u8(_mm256_setzero_si256(), _mm256_set1_epi8(1), loadu256(q));
@@ -571,117 +573,154 @@ static inline __attribute__((always_inline)) __m512 q5_quad(const unsigned char 
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(spread, s), acc);
 }
 
-/* The blocks [0, nb) of a Q5_0 row, nb a multiple of 4. */
-static float q5_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
+/* The blocks [0, nb) of R Q5_0 rows, nb a multiple of 4. */
+INLINE void q5_rows(int R, const unsigned char *const pw[MV_STREAMS], size_t nb, const struct mv_act *m, float out[MV_STREAMS])
 {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    __m512 acc[MV_STREAMS][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm512_setzero_ps();
     size_t b = 0;
-    for (; b + 8 <= nb; b += 8, pw += 8 * 22) {
-        prefetch_ahead(pw, 8 * 22);
-        acc0 = q5_quad(pw, m, b / 4, m->d + b, acc0);
-        acc1 = q5_quad(pw + 4 * 22, m, b / 4 + 1, m->d + b + 4, acc1);
+    for (; b + 8 <= nb; b += 8) {
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * 22;
+            prefetch_ahead(p, 8 * 22);
+            acc[k][0] = q5_quad(p, m, b / 4, m->d + b, acc[k][0]);
+            acc[k][1] = q5_quad(p + 4 * 22, m, b / 4 + 1, m->d + b + 4, acc[k][1]);
+        }
     }
-    if (b < nb) acc0 = q5_quad(pw, m, b / 4, m->d + b, acc0);
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (b < nb) MV_ROWS acc[k][0] = q5_quad(pw[k] + b * 22, m, b / 4, m->d + b, acc[k][0]);
+    MV_ROWS out[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]));
 }
 #endif
 
-/* The blocks [0, nb) of a Q4_0 row: nb a multiple of Q4_ROW_STEP. */
+/* The blocks [0, nb) of R Q4_0 rows: nb a multiple of Q4_ROW_STEP. */
 #ifdef QUANTS_VNNI
 #define Q4_ROW_STEP 4
 #else
 #define Q4_ROW_STEP 8
 #endif
-static float q4_row(const unsigned char *pw, size_t nb, const struct mv_act *m)
+INLINE void q4_rows(int R, const unsigned char *const pw[MV_STREAMS], size_t nb, const struct mv_act *m, float out[MV_STREAMS])
 {
 #ifdef QUANTS_VNNI
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    __m512 acc[MV_STREAMS][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm512_setzero_ps();
     const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i i1 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     size_t b = 0;
     /* the 8 blocks' f16 scales are words 0, 9, .., 63 of their first 128 bytes */
     const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63,
                                         54, 45, 36, 27, 18, 9, 0);
-    for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
-        prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
-        const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)pw), si,
-                                                    _mm512_loadu_si512((const void *)(pw + 64)));
-        const __m512 s = _mm512_castps256_ps512(
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(h)), _mm256_load_ps(m->d + b)));
-        acc0 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc0);
-        acc1 = q4_quad(pw + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, s), acc1);
+    for (; b + 8 <= nb; b += 8) {
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * CPU_Q4_0_BYTES;
+            prefetch_ahead(p, 8 * CPU_Q4_0_BYTES);
+            const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)p), si,
+                                                        _mm512_loadu_si512((const void *)(p + 64)));
+            const __m512 sc = _mm512_castps256_ps512(
+                _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(h)), _mm256_load_ps(m->d + b)));
+            acc[k][0] = q4_quad(p, m, b / 4, _mm512_permutexvar_ps(i0, sc), acc[k][0]);
+            acc[k][1] = q4_quad(p + 4 * CPU_Q4_0_BYTES, m, b / 4 + 1, _mm512_permutexvar_ps(i1, sc), acc[k][1]);
+        }
     }
     if (b < nb) { /* 4 blocks left (a row of 896: 28 blocks), their 4 scales from their first 64 bytes */
-        const __m512i h = _mm512_permutexvar_epi16(si, _mm512_loadu_si512((const void *)pw));
-        const __m128 d = _mm_cvtph_ps(_mm512_castsi512_si128(h));
-        const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(d, _mm_loadu_ps(m->d + b)));
-        acc1 = q4_quad(pw, m, b / 4, _mm512_permutexvar_ps(i0, s), acc1);
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * CPU_Q4_0_BYTES;
+            const __m512i h = _mm512_permutexvar_epi16(si, _mm512_loadu_si512((const void *)p));
+            const __m128 d = _mm_cvtph_ps(_mm512_castsi512_si128(h));
+            const __m512 sc = _mm512_castps128_ps512(_mm_mul_ps(d, _mm_loadu_ps(m->d + b)));
+            acc[k][1] = q4_quad(p, m, b / 4, _mm512_permutexvar_ps(i0, sc), acc[k][1]);
+        }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    MV_ROWS out[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]));
 #else
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    size_t b = 0;
-    for (; b + 8 <= nb; b += 8, pw += 8 * CPU_Q4_0_BYTES) {
-        prefetch_ahead(pw, 8 * CPU_Q4_0_BYTES);
-        const __m256 s = q4_scales8(pw, m->d + b);
-        const size_t p = b / 2;
-        acc0 = q4_pair(pw, m, p, _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), acc0);
-        acc1 = q4_pair(pw + 2 * CPU_Q4_0_BYTES, m, p + 1,
-                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), acc1);
-        acc0 = q4_pair(pw + 4 * CPU_Q4_0_BYTES, m, p + 2,
-                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5)), acc0);
-        acc1 = q4_pair(pw + 6 * CPU_Q4_0_BYTES, m, p + 3,
-                       _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)), acc1);
+    __m256 acc[MV_STREAMS][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b + 8 <= nb; b += 8) {
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * CPU_Q4_0_BYTES;
+            prefetch_ahead(p, 8 * CPU_Q4_0_BYTES);
+            const __m256 sc = q4_scales8(p, m->d + b);
+            const size_t q = b / 2;
+            acc[k][0] = q4_pair(p, m, q, _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
+                                acc[k][0]);
+            acc[k][1] = q4_pair(p + 2 * CPU_Q4_0_BYTES, m, q + 1,
+                                _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), acc[k][1]);
+            acc[k][0] = q4_pair(p + 4 * CPU_Q4_0_BYTES, m, q + 2,
+                                _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5)), acc[k][0]);
+            acc[k][1] = q4_pair(p + 6 * CPU_Q4_0_BYTES, m, q + 3,
+                                _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)), acc[k][1]);
+        }
     }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    MV_ROWS out[k] = hsum_ps(_mm256_add_ps(acc[k][0], acc[k][1]));
 #endif
 }
 
-#ifdef QUANTS_VNNI
-/* Q5_0 rows [r0, r1): whole 4-block steps by q5_row, the rest (n / 32 % 4 blocks) by dot32_block. */
-static void q5_matvec(size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y,
-                      struct mv_act *act)
+/* Q8_0 blocks [0, nb) of R rows, and Q4_0 blocks [b0, nb) (those past q4_rows' whole steps). */
+INLINE void q8_rows(int R, int q4, const unsigned char *const pw[MV_STREAMS], size_t b0, size_t nb, const unsigned char *pa,
+                    const struct mv_act *m, float out[MV_STREAMS])
 {
-    const size_t nb = n / 32, nb4 = nb / 4 * 4;
-    const unsigned char *pa = a;
-    mv_decode(16, pa, nb, act);
-    for (size_t r = r0; r < r1; r++) {
-        const unsigned char *pw = (const unsigned char *)w + r * wrb;
-        __m256 acc = _mm256_setzero_ps(), accm = acc;
-        for (size_t b = nb4; b < nb; b++) dot32_block(K_Q5_0, pw + b * 22, pa + b * CPU_Q8_0_BYTES, &acc, &accm);
-        y[r] = (nb4 ? q5_row(pw, nb4, act) : 0.0f) + hsum_ps(acc);
+    const size_t bw = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+    __m256 acc[MV_STREAMS][2];
+    MV_ROWS acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    size_t b = b0;
+    for (; b + 2 <= nb; b += 2) {
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * bw;
+            prefetch_ahead(p, 2 * bw);
+            acc[k][0] = mv_block(q4, p, pa + b * CPU_Q8_0_BYTES, m->d[b], acc[k][0]);
+            acc[k][1] = mv_block(q4, p + bw, pa + (b + 1) * CPU_Q8_0_BYTES, m->d[b + 1], acc[k][1]);
+        }
     }
+    if (b < nb) MV_ROWS acc[k][0] = mv_block(q4, pw[k] + b * bw, pa + b * CPU_Q8_0_BYTES, m->d[b], acc[k][0]);
+    MV_ROWS out[k] = hsum_ps(_mm256_add_ps(acc[k][0], acc[k][1]));
 }
+
+/* What the rows of one matrix-vector product share: the type, the row length, the activations and
+ * their decoding. */
+struct mv_ctx {
+    enum tensor_type t;
+    size_t n;
+    const unsigned char *pa;
+    const struct mv_act *m;
+};
+
+/* R rows of type t (Q8_0, Q4_0 or, with VNNI, Q5_0): the whole steps of the row functions and the
+ * rest block by block. */
+INLINE void mv_rows(int R, const unsigned char *const pw[MV_STREAMS], const void *ctx, float out[MV_STREAMS])
+{
+    const struct mv_ctx *c = (const struct mv_ctx *)ctx;
+    const size_t nb = c->n / 32;
+    float tail[MV_STREAMS] = {0.0f};
+#ifdef QUANTS_VNNI
+    if (c->t == TENSOR_Q5_0) { /* whole 4-block steps, then the rest (n / 32 % 4 blocks) by dot32_block */
+        const size_t nb4 = nb / 4 * 4;
+        if (nb4) q5_rows(R, pw, nb4, c->m, out);
+        MV_ROWS {
+            __m256 acc = _mm256_setzero_ps(), accm = acc;
+            for (size_t b = nb4; b < nb; b++) dot32_block(K_Q5_0, pw[k] + b * 22, c->pa + b * CPU_Q8_0_BYTES, &acc, &accm);
+            out[k] = (nb4 ? out[k] : 0.0f) + hsum_ps(acc);
+        }
+        return;
+    }
 #endif
+    const int q4 = c->t == TENSOR_Q4_0;
+    const size_t nbs = q4 ? nb / Q4_ROW_STEP * Q4_ROW_STEP : 0; /* Q4_0: whole steps in q4_rows */
+    if (nbs) q4_rows(R, pw, nbs, c->m, out);
+    q8_rows(R, q4, pw, nbs, nb, c->pa, c->m, tail);
+    MV_ROWS out[k] = (nbs ? out[k] : 0.0f) + tail[k];
+}
 
 int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y)
 {
     static __thread struct mv_act act;
-    const int q4 = t == TENSOR_Q4_0;
-    const size_t nb = n / 32, bw = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+    const size_t nb = n / 32;
+    int ok = t == TENSOR_Q8_0 || t == TENSOR_Q4_0;
 #ifdef QUANTS_VNNI
-    if (t == TENSOR_Q5_0 && nb <= MV_MAX_BLOCKS) {
-        q5_matvec(n, w, wrb, r0, r1, a, y, &act);
-        return 1;
-    }
+    ok = ok || t == TENSOR_Q5_0;
 #endif
-    if ((t != TENSOR_Q8_0 && !q4) || nb > MV_MAX_BLOCKS) return 0;
-    const unsigned char *pa = a;
-    mv_decode(q4 ? 8 : 0, pa, nb, &act);
-    const size_t nb8 = q4 ? nb / Q4_ROW_STEP * Q4_ROW_STEP : 0; /* Q4_0: whole steps in q4_row */
-    for (size_t r = r0; r < r1; r++) {
-        const unsigned char *pw = (const unsigned char *)w + r * wrb;
-        float sum = nb8 ? q4_row(pw, nb8, &act) : 0.0f;
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-        size_t b = nb8;
-        for (; b + 2 <= nb; b += 2) {
-            prefetch_ahead(pw + b * bw, 2 * bw);
-            acc0 = mv_block(q4, pw + b * bw, pa + b * CPU_Q8_0_BYTES, act.d[b], acc0);
-            acc1 = mv_block(q4, pw + (b + 1) * bw, pa + (b + 1) * CPU_Q8_0_BYTES, act.d[b + 1], acc1);
-        }
-        if (b < nb) acc0 = mv_block(q4, pw + b * bw, pa + b * CPU_Q8_0_BYTES, act.d[b], acc0);
-        y[r] = sum + hsum_ps(_mm256_add_ps(acc0, acc1));
-    }
+    if (!ok || nb > MV_MAX_BLOCKS) return 0;
+    mv_decode(t == TENSOR_Q4_0 ? 8 : t == TENSOR_Q5_0 ? 16 : 0, a, nb, &act);
+    const struct mv_ctx c = {t, n, a, &act};
+    mv_streams(mv_rows, &c, w, wrb, r0, r1, y);
     return 1;
 }
 

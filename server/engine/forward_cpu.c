@@ -136,8 +136,8 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
     c->rope_cs = malloc((B * (size_t)(hp->n_rot / 2) * 2 + 1) * sizeof(float));
     /* a prepared row is at most 4 bytes per element (f32) */
     c->prep_row_max = max3(d, ff, nq) * sizeof(float);
-    c->prep = malloc(B * c->prep_row_max);
-    c->prep2 = malloc(B * c->prep_row_max);
+    c->prep = aligned_alloc(64, (B * c->prep_row_max + 63) / 64 * 64); /* whole vectors load from one line */
+    c->prep2 = aligned_alloc(64, (B * c->prep_row_max + 63) / 64 * 64);
     c->fseqs = malloc(B * sizeof *c->fseqs);
     c->tok_seq = malloc(B * sizeof *c->tok_seq);
     if (!st && (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope_cs || !c->prep || !c->prep2 || !c->fseqs || !c->tok_seq))
