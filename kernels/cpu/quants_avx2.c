@@ -288,49 +288,65 @@ static inline __m128i k4_scales_mins(const unsigned char *s)
     return _mm_setr_epi32((int)(u0 & 0x3f3f3f3fu), (int)sc_hi, (int)(u1 & 0x3f3f3f3fu), (int)mn_hi);
 }
 
-/* Q4_K, and Q5_K when has_qh (fifth bits at pw + 16, nibbles at pw + 48). The mins' term
- * sum_s mn[s] * (bsum[2s] + bsum[2s+1]) of each super-block is one vpmaddwd of the activations'
- * 16 block sums against the mins, each twice, summed in floats across super-blocks. */
-static inline float dot_q45_k(int has_qh, size_t n, const void *w, const void *a)
+/* Q4_K, and Q5_K when has_qh (fifth bits at pw + 16, nibbles at pw + 48), of R rows at once
+ * (pw[0..R): R = 1, or MV_STREAMS for matvec_q's side-by-side rows, each activation super-block
+ * loaded once for all). The mins' term sum_s mn[s] * (bsum[2s] + bsum[2s+1]) of each super-block
+ * is one vpmaddwd of the activations' 16 block sums against the mins, each twice, summed in floats
+ * across super-blocks. */
+INLINE void q45k_rows(int R, int has_qh, size_t n, const unsigned char *const pw[MV_STREAMS], const unsigned char *pa,
+                      float out[MV_STREAMS])
 {
-    const unsigned char *pw = w, *pa = a;
     const size_t bb = has_qh ? 176 : 144;
-    __m256 acc = _mm256_setzero_ps(), accm = acc;
-    for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += bb, pa += QUANTS_Q8_K_BYTES) {
-        prefetch_ahead(pw, bb);
-        const __m128i scmn = k4_scales_mins(pw + 4);
-        _Alignas(16) int16_t sc[8];
-        _mm_store_si128((__m128i *)(void *)sc, _mm_cvtepu8_epi16(scmn));
-        const __m128i mn8 = _mm_srli_si128(scmn, 8);
-        const __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* mn[s] at 2s, 2s + 1 */
+    __m256 acc[MV_STREAMS], accm[MV_STREAMS];
+    MV_ROWS acc[k] = accm[k] = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / QUANTS_QK_K; b++, pa += QUANTS_Q8_K_BYTES) {
         const __m256i bsums = loadu256(pa + 4 + QUANTS_QK_K);
         const float da = ld_f32(pa);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(pw + 2) * da), _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mn2)),
-                               accm);
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
-            const __m256i p0 = pairs_u8(q45k_sub(has_qh, pw, k, 0), loadu256(qa + 64 * k));
-            const __m256i p1 = pairs_u8(q45k_sub(has_qh, pw, k, 1), loadu256(qa + 64 * k + 32));
-            sumi = scaled_pairs(sumi, p0, _mm256_set1_epi16(sc[2 * k]));
-            sumi = scaled_pairs(sumi, p1, _mm256_set1_epi16(sc[2 * k + 1]));
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * bb;
+            prefetch_ahead(p, bb);
+            const __m128i scmn = k4_scales_mins(p + 4);
+            _Alignas(16) int16_t sc[8];
+            _mm_store_si128((__m128i *)(void *)sc, _mm_cvtepu8_epi16(scmn));
+            const __m128i mn8 = _mm_srli_si128(scmn, 8);
+            const __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* mn[s] at 2s, 2s + 1 */
+            accm[k] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(p + 2) * da),
+                                      _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mn2)), accm[k]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                const __m256i p0 = pairs_u8(q45k_sub(has_qh, p, c, 0), loadu256(qa + 64 * c));
+                const __m256i p1 = pairs_u8(q45k_sub(has_qh, p, c, 1), loadu256(qa + 64 * c + 32));
+                sumi = scaled_pairs(sumi, p0, _mm256_set1_epi16(sc[2 * c]));
+                sumi = scaled_pairs(sumi, p1, _mm256_set1_epi16(sc[2 * c + 1]));
+            }
+            acc[k] = k_acc(acc[k], ld_f16(p) * da, sumi);
         }
-        acc = k_acc(acc, ld_f16(pw) * da, sumi);
     }
-    return hsum_ps(_mm256_sub_ps(acc, accm));
+    MV_ROWS out[k] = hsum_ps(_mm256_sub_ps(acc[k], accm[k]));
+}
+
+static float dot_q45_k(int has_qh, size_t n, const void *w, const void *a)
+{
+    const unsigned char *const pw[MV_STREAMS] = {w};
+    float out[MV_STREAMS];
+    q45k_rows(1, has_qh, n, pw, a, out);
+    return out[0];
 }
 
 float QS(dot_q4_k)(size_t n, const void *w, const void *a) { return dot_q45_k(0, n, w, a); }
 float QS(dot_q5_k)(size_t n, const void *w, const void *a) { return dot_q45_k(1, n, w, a); }
 
-/* The weights as the unsigned q against the activations (no sign trick), less 32 times the
- * scaled block sums: sum (q - 32) a = sum q a - 32 sum a per 16 weights, the second term one
- * vpmaddwd of the activations' 16 block sums against the 16 scales. Each chunk's two scales
- * are picked from the 16 (both lanes hold one half's 8) by one byte shuffle. */
-float QS(dot_q6_k)(size_t n, const void *w, const void *a)
+/* Q6_K of R rows at once (as q45k_rows). The weights as the unsigned q against the activations (no
+ * sign trick), less 32 times the scaled block sums: sum (q - 32) a = sum q a - 32 sum a per 16
+ * weights, the second term one vpmaddwd of the activations' 16 block sums against the 16 scales.
+ * Each chunk's two scales are picked from the 16 (both lanes hold one half's 8) by one byte
+ * shuffle. */
+INLINE void q6k_rows(int R, size_t n, const unsigned char *const pw[MV_STREAMS], const unsigned char *pa,
+                     float out[MV_STREAMS])
 {
-    const unsigned char *pw = w, *pa = a;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[MV_STREAMS];
+    MV_ROWS acc[k] = _mm256_setzero_ps();
     const __m256i pick[4] = {
         _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
         _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
@@ -338,23 +354,35 @@ float QS(dot_q6_k)(size_t n, const void *w, const void *a)
                          10, 11, 10, 11),
         _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15,
                          14, 15, 14, 15, 14, 15, 14, 15)};
-    for (size_t b = 0; b < n / QUANTS_QK_K; b++, pw += 210, pa += QUANTS_Q8_K_BYTES) {
-        prefetch_ahead(pw, 210);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(pw + 192)));
+    for (size_t b = 0; b < n / QUANTS_QK_K; b++, pa += QUANTS_Q8_K_BYTES) {
         const unsigned char *qa = (const unsigned char *)q8k_qs(pa);
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                        _mm256_slli_epi32(_mm256_madd_epi16(loadu256(pa + 4 + QUANTS_QK_K), sc16), 5));
-        for (int h = 0; h < 2; h++) {
-            const __m128i half = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
-            const __m256i sch = _mm256_broadcastsi128_si256(half); /* scales 8h..8h+7 in both lanes */
-            for (int k = 0; k < 4; k++) {
-                const __m256i p = pairs_u8(q6k_chunk_u(pw, h, k), loadu256(qa + 128 * h + 32 * k));
-                sumi = scaled_pairs(sumi, p, _mm256_shuffle_epi8(sch, pick[k]));
+        const __m256i bsums = loadu256(pa + 4 + QUANTS_QK_K);
+        const float da = ld_f32(pa);
+        MV_ROWS {
+            const unsigned char *p = pw[k] + b * 210;
+            prefetch_ahead(p, 210);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 192)));
+            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5));
+            for (int h = 0; h < 2; h++) {
+                const __m128i half = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
+                const __m256i sch = _mm256_broadcastsi128_si256(half); /* scales 8h..8h+7 in both lanes */
+                for (int c = 0; c < 4; c++) {
+                    const __m256i pr = pairs_u8(q6k_chunk_u(p, h, c), loadu256(qa + 128 * h + 32 * c));
+                    sumi = scaled_pairs(sumi, pr, _mm256_shuffle_epi8(sch, pick[c]));
+                }
             }
+            acc[k] = k_acc(acc[k], ld_f16(p + 208) * da, sumi);
         }
-        acc = k_acc(acc, ld_f16(pw + 208) * ld_f32(pa), sumi);
     }
-    return hsum_ps(acc);
+    MV_ROWS out[k] = hsum_ps(acc[k]);
+}
+
+float QS(dot_q6_k)(size_t n, const void *w, const void *a)
+{
+    const unsigned char *const pw[MV_STREAMS] = {w};
+    float out[MV_STREAMS];
+    q6k_rows(1, n, pw, a, out);
+    return out[0];
 }
 
 float QS(dot_iq4_xs)(size_t n, const void *w, const void *a)
@@ -683,40 +711,54 @@ struct mv_ctx {
     const struct mv_act *m;
 };
 
-/* R rows of type t (Q8_0, Q4_0 or, with VNNI, Q5_0): the whole steps of the row functions and the
- * rest block by block. */
+/* R rows of type t (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or, with VNNI, Q5_0): the whole steps of the row
+ * functions and the rest block by block. */
 INLINE void mv_rows(int R, const unsigned char *const pw[MV_STREAMS], const void *ctx, float out[MV_STREAMS])
 {
     const struct mv_ctx *c = (const struct mv_ctx *)ctx;
+    switch (c->t) {
+    case TENSOR_Q4_K: q45k_rows(R, 0, c->n, pw, c->pa, out); return;
+    case TENSOR_Q5_K: q45k_rows(R, 1, c->n, pw, c->pa, out); return;
+    case TENSOR_Q6_K: q6k_rows(R, c->n, pw, c->pa, out); return;
+    default: break;
+    }
     const size_t nb = c->n / 32;
     float tail[MV_STREAMS] = {0.0f};
 #ifdef QUANTS_VNNI
     if (c->t == TENSOR_Q5_0) { /* whole 4-block steps, then the rest (n / 32 % 4 blocks) by dot32_block */
         const size_t nb4 = nb / 4 * 4;
+        MV_ROWS out[k] = 0.0f;
         if (nb4) q5_rows(R, pw, nb4, c->m, out);
         MV_ROWS {
             __m256 acc = _mm256_setzero_ps(), accm = acc;
             for (size_t b = nb4; b < nb; b++) dot32_block(K_Q5_0, pw[k] + b * 22, c->pa + b * CPU_Q8_0_BYTES, &acc, &accm);
-            out[k] = (nb4 ? out[k] : 0.0f) + hsum_ps(acc);
+            out[k] += hsum_ps(acc);
         }
         return;
     }
 #endif
     const int q4 = c->t == TENSOR_Q4_0;
     const size_t nbs = q4 ? nb / Q4_ROW_STEP * Q4_ROW_STEP : 0; /* Q4_0: whole steps in q4_rows */
+    MV_ROWS out[k] = 0.0f;
     if (nbs) q4_rows(R, pw, nbs, c->m, out);
     q8_rows(R, q4, pw, nbs, nb, c->pa, c->m, tail);
-    MV_ROWS out[k] = (nbs ? out[k] : 0.0f) + tail[k];
+    MV_ROWS out[k] += tail[k];
 }
 
 int QS(matvec_q)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a, float *y)
 {
     static __thread struct mv_act act;
     const size_t nb = n / 32;
+    const int k_type = t == TENSOR_Q4_K || t == TENSOR_Q5_K || t == TENSOR_Q6_K; /* Q8_K activations, as they are */
     int ok = t == TENSOR_Q8_0 || t == TENSOR_Q4_0;
 #ifdef QUANTS_VNNI
     ok = ok || t == TENSOR_Q5_0;
 #endif
+    if (k_type && n % QUANTS_QK_K == 0) {
+        const struct mv_ctx c = {t, n, a, NULL};
+        mv_streams(mv_rows, &c, w, wrb, r0, r1, y);
+        return 1;
+    }
     if (!ok || nb > MV_MAX_BLOCKS) return 0;
     mv_decode(t == TENSOR_Q4_0 ? 8 : t == TENSOR_Q5_0 ? 16 : 0, a, nb, &act);
     const struct mv_ctx c = {t, n, a, &act};
