@@ -36,8 +36,8 @@ struct read_job {
 };
 
 /* OR of the 16-byte words of [p, p + bytes) and [q, q + bytes), 128 bytes of each in turn (two
- * streams, as the matrix-vector kernels read them: one stream reads slower here), bytes a multiple
- * of 128 (the rest is not read). */
+ * streams: one stream reads slower here, and the matrix-vector kernels read several, mv_streams),
+ * bytes a multiple of 128 (the rest is not read). */
 static uint64_t read_bytes2(const unsigned char *p, const unsigned char *q, size_t bytes)
 {
     __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
