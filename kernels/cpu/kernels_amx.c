@@ -577,7 +577,8 @@ struct prefetch {
  * products of a small batch), in MV_STREAMS interleaved streams, one from each quarter of the span
  * (line k of each quarter, then line k + 1, ...): the hardware prefetchers then follow four
  * streams as well, as in generation's mv_streams. Q8_0 decode of 8 sequences (bench_sched),
- * interleaved: 282-308 -> 313-326 tokens/s; two streams 301-315, eight 299-310; fewer prefetches
+ * interleaved, three runs of three: 282-299 -> 304-320 tokens/s; two streams 301-315, eight
+ * 299-310; fewer prefetches
  * (every second or fourth line) 15-20 % slower. */
 INLINE void prefetch_step(const struct prefetch *pf, size_t part)
 {
