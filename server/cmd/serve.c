@@ -117,8 +117,8 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
     const struct cli_cmd cmd = {
         .name = "serve", .usage = "attnd serve -m MODEL.gguf [options]", .opts = opts,
         .footer = "Routes: POST /v1/generate, POST /v1/chat/completions, POST /v1/completions, GET /attention,\n"
-                  "GET /logit_lens, GET /health, GET /v1/models, GET /metrics\n"
-                  "(README.md, section \"HTTP API\").\n"};
+                  "GET /logit_lens, GET /heads, GET /health, GET /v1/models, GET /metrics\n"
+                  "(docs/API.md).\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO) return rc;
     if (!A->model_path) {
