@@ -63,7 +63,7 @@ static int content_text(const cJSON *m, int i, char **out, size_t *len, char *er
 
 /* Renders messages with the server's template and tokenizes them into p->prompts[0]. */
 static int parse_messages(const cJSON *msgs, const struct api_engine *e, const struct http_server *srv,
-                          struct oai_params *p, char *err, size_t errlen)
+                          struct job_params *p, char *err, size_t errlen)
 {
     int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
     if (n <= 0 || n > MAX_MESSAGES) {
@@ -115,7 +115,7 @@ static int parse_messages(const cJSON *msgs, const struct api_engine *e, const s
 }
 
 /* The fields only the chat API has. Returns 0, -1 (not one of them) or 400. */
-static int chat_field(const struct api_conn *c, const cJSON *it, struct oai_params *p, int *top, char *err,
+static int chat_field(const struct api_conn *c, const cJSON *it, struct job_params *p, int *top, char *err,
                       size_t errlen)
 {
     const char *k = it->string;
@@ -168,7 +168,7 @@ static int refused_field(const cJSON *it, char *err, size_t errlen)
 }
 
 /* Reads every field into p. Returns 0 or an HTTP status; *param names the field at fault. */
-static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct oai_params *p,
+static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
                       const char **param, char *err, size_t errlen)
 {
     const cJSON *msgs = NULL, *it;

@@ -11,7 +11,7 @@
 #define MAX_TEXT_LOGPROBS 5 /* the legacy API's limit */
 
 /* prompt: a string, an array of token ids, or an array of those (one choice group each). */
-static int parse_prompts(const cJSON *it, const struct api_engine *e, struct oai_params *p, char *err, size_t errlen)
+static int parse_prompts(const cJSON *it, const struct api_engine *e, struct job_params *p, char *err, size_t errlen)
 {
     bool many = cJSON_IsArray(it) && it->child && (cJSON_IsString(it->child) || cJSON_IsArray(it->child));
     if (!many) {
@@ -33,7 +33,7 @@ static int parse_prompts(const cJSON *it, const struct api_engine *e, struct oai
 }
 
 /* The fields only this API has. Returns 0, -1 (not one of them) or 400. */
-static int text_field(const cJSON *it, struct oai_params *p, char *err, size_t errlen)
+static int text_field(const cJSON *it, struct job_params *p, char *err, size_t errlen)
 {
     const char *k = it->string;
     double v;
@@ -73,7 +73,7 @@ static int text_field(const cJSON *it, struct oai_params *p, char *err, size_t e
     return 0;
 }
 
-static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct oai_params *p,
+static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
                       const char **param, char *err, size_t errlen)
 {
     const cJSON *prompt = NULL, *it;
