@@ -23,6 +23,7 @@ static enum api_error_kind error_kind(int code)
     case 404: return API_ERROR_NOT_FOUND;
     case 405: return API_ERROR_METHOD_NOT_ALLOWED;
     case 413: return API_ERROR_PAYLOAD_TOO_LARGE;
+    case 501: return API_ERROR_INVALID_REQUEST; /* a transfer coding we do not implement: the client's choice */
     case 503: return API_ERROR_SERVICE_UNAVAILABLE;
     default: return code >= 400 && code < 500 ? API_ERROR_INVALID_REQUEST : API_ERROR_INTERNAL;
     }

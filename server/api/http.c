@@ -23,6 +23,7 @@
 #include "server/api/api.h"
 #include "server/api/buf.h"
 #include "server/api/errors.h"
+#include "server/api/framing.h"
 #include "server/api/history.h"
 #include "server/api/metrics.h"
 #include "server/api/routes.h"
@@ -72,14 +73,14 @@ static enum MHD_Result no_route(struct api_conn *c)
 static enum MHD_Result admit(struct api_conn *c, const struct api_route *r, const char *method)
 {
     struct http_server *srv = c->srv;
-    if (!(r && r->open) && !authorized(c))
+    if (!(r && (r->flags & ROUTE_OPEN)) && !authorized(c))
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");
     if (!r) return no_route(c);
     if (!api_route_allows(r, method))
         return api_error_hdr(c, 405, "Allow", r->methods, "%s does not accept %s (allowed: %s)", r->path, c->method,
                              r->methods);
     int st = atomic_load(&srv->state);
-    if (r->needs_engine) {
+    if (r->flags & ROUTE_ENGINE) {
         if (st == API_STATE_LOADING) return api_error_hdr(c, 503, "Retry-After", "1", "the model is still loading");
         if (st == API_STATE_STOPPING) return api_error_hdr(c, 503, "Retry-After", "1", "the server is shutting down");
     }
@@ -121,22 +122,57 @@ static void append_body(struct api_conn *c, const char *data, size_t n)
     c->body[c->body_len] = 0;
 }
 
+/* A request's context: what the routes see (struct api_conn) and what only the dispatcher
+ * keeps. Made by on_uri(), before libmicrohttpd parses the query and the headers. */
+struct conn_box {
+    struct api_conn c;
+    bool started;      /* the access handler has had its first call */
+    size_t query_cut;  /* the query had this many parameters (> API_FRAMING_MAX_PARAMS): cut off */
+};
+
+/* MHD_OPTION_URI_LOG_CALLBACK: its return value is the request's *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    struct conn_box *box = calloc(1, sizeof *box);
+    if (!box) return NULL;
+    box->c.srv = cls;
+    box->c.mc = mc;
+    box->query_cut = api_framing_cut_query((char *)uri); /* see framing.h */
+    return box;
+}
+
+/* The first call: the headers are in, the body is not. Framing first (it decides how the
+ * bytes that follow are read), then the route's own checks. */
+static enum MHD_Result start_request(struct conn_box *box, const char *url, const char *method)
+{
+    struct api_conn *c = &box->c;
+    box->started = true;
+    c->t_start = api_now();
+    snprintf(c->method, sizeof c->method, "%s", method);
+    snprintf(c->path, sizeof c->path, "%s", url);
+    c->route = api_route_find(url);
+    c->openai_errors = c->route && (c->route->flags & ROUTE_OPENAI);
+    enum MHD_Result ret;
+    if (!api_framing_check(c, &ret)) return ret;
+    if (box->query_cut)
+        return api_error(c, 414, "the query has %zu parameters; at most %d are read", box->query_cut,
+                         API_FRAMING_MAX_PARAMS);
+    return admit(c, c->route, method);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
     struct http_server *srv = cls;
-    struct api_conn *c = *con_cls;
-    if (!c) {
-        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
-        c->srv = srv;
+    struct conn_box *box = *con_cls;
+    if (!box) { /* on_uri() ran out of memory */
+        if (!(box = on_uri(srv, NULL, mc))) return MHD_NO;
+        *con_cls = box;
+    }
+    struct api_conn *c = &box->c;
+    if (!box->started) {
         c->mc = mc;
-        c->t_start = api_now();
-        snprintf(c->method, sizeof c->method, "%s", method);
-        snprintf(c->path, sizeof c->path, "%s", url);
-        c->route = api_route_find(url);
-        c->openai_errors = c->route && c->route->openai_errors;
-        *con_cls = c;
-        return admit(c, c->route, method);
+        return start_request(box, url, method);
     }
     c->mc = mc;
     if (*upload_size) {
@@ -172,9 +208,14 @@ static void log_escape(const char *s, char *out, size_t cap)
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     struct http_server *srv = cls;
-    struct api_conn *c = *con_cls;
-    if (!c) return;
+    struct conn_box *box = *con_cls;
+    if (!box) return;
     *con_cls = NULL;
+    struct api_conn *c = &box->c;
+    if (!box->started) { /* libmicrohttpd refused the request itself, before the handler */
+        free(box);
+        return;
+    }
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
     if (c->job_end) c->job_end(c, ok);
     /* 499: the client went away before an answer was queued (nginx's convention) */
@@ -190,7 +231,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         log_info("%s %s %d %.1f ms%s", method, path, status, ms, ok ? "" : " (connection ended early)");
     metrics_request(srv->metrics, c->route ? (size_t)(c->route - api_routes) : api_n_routes, status);
     free(c->body);
-    free(c);
+    free(box);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -318,6 +359,7 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, so it sees every message */
                                 MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv->listen_fd,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
                                 /* idle or half-sent requests cannot hold a thread for ever, and one
