@@ -15,19 +15,19 @@
 #include "server/api/web.h"
 
 const struct api_route api_routes[] = {
-    /* path                  match        methods      open   engine openai handler */
-    {"/v1/generate",         NULL,        "POST",      false, true,  false, api_generate},
-    {"/v1/chat/completions", NULL,        "POST",      false, true,  true,  oai_chat},
-    {"/v1/completions",      NULL,        "POST",      false, true,  true,  oai_completions},
-    {"/attention",           NULL,        "GET, HEAD", false, true,  false, api_attention},
-    {"/logit_lens",          NULL,        "GET, HEAD", false, true,  false, api_logit_lens},
-    {"/heads",               NULL,        "GET, HEAD", false, true,  false, api_heads},
-    {"/health",              NULL,        "GET, HEAD", true,  false, false, api_health},
-    {"/v1/models",           NULL,        "GET, HEAD", false, true,  false, api_models},
-    {"/metrics",             NULL,        "GET, HEAD", false, false, false, api_metrics},
+    /* path                  match        methods      flags                        handler */
+    {"/v1/generate",         NULL,        "POST",      ROUTE_ENGINE,               api_generate},
+    {"/v1/chat/completions", NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_chat},
+    {"/v1/completions",      NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_completions},
+    {"/attention",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_attention},
+    {"/logit_lens",          NULL,        "GET, HEAD", ROUTE_ENGINE,               api_logit_lens},
+    {"/heads",               NULL,        "GET, HEAD", ROUTE_ENGINE,               api_heads},
+    {"/health",              NULL,        "GET, HEAD", ROUTE_OPEN,                 api_health},
+    {"/v1/models",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_models},
+    {"/metrics",             NULL,        "GET, HEAD", 0,                          api_metrics},
     /* the playground's static files hold no secrets (the page asks for the key): last, so no
      * file name shadows a route */
-    {"/",                    api_web_has, "GET, HEAD", true,  false, false, api_web},
+    {"/",                    api_web_has, "GET, HEAD", ROUTE_OPEN,                 api_web},
 };
 
 const size_t api_n_routes = sizeof api_routes / sizeof api_routes[0];

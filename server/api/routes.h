@@ -10,14 +10,19 @@
 
 #include "server/api/api.h"
 
+/* What a route's line says about it. */
+enum api_route_flag {
+    ROUTE_OPEN = 1u << 0,   /* answered without the API key */
+    ROUTE_ENGINE = 1u << 1, /* needs the engine: 503 while the model loads or the server stops */
+    ROUTE_OPENAI = 1u << 2, /* its errors, those answered before it runs too, take the OpenAI API's
+                               shape {"error":{message,type,param,code}} */
+};
+
 struct api_route {
     const char *path;                       /* the exact path; also the route's metrics label */
     bool (*match)(const char *url);         /* NULL: url must equal path; else it decides (many files) */
     const char *methods;                    /* allowed methods as the Allow header lists them, "GET, HEAD" */
-    bool open;                              /* answered without the API key */
-    bool needs_engine;                      /* answers 503 while the model loads or the server stops */
-    bool openai_errors;                     /* its errors, those answered before it runs too, take the OpenAI
-                                               API's shape {"error":{message,type,param,code}} */
+    unsigned flags;                         /* ROUTE_* below, or'ed */
     enum MHD_Result (*handler)(struct api_conn *c); /* called once the body is complete */
 };
 

@@ -104,8 +104,8 @@ static void test_routes(void)
         if (r) T_CHECK(api_route_allows(r, cases[i].method) == cases[i].allowed, "%s %s", cases[i].method, cases[i].url);
     }
     const struct api_route *h = api_route_find("/health"), *g = api_route_find("/v1/generate");
-    T_CHECK(h && h->open && !h->needs_engine, "/health is open and needs no engine");
-    T_CHECK(g && !g->open && g->needs_engine, "/v1/generate needs the key and the engine");
+    T_CHECK(h && (h->flags & ROUTE_OPEN) && !(h->flags & ROUTE_ENGINE), "/health is open and needs no engine");
+    T_CHECK(g && !(g->flags & ROUTE_OPEN) && (g->flags & ROUTE_ENGINE), "/v1/generate needs the key and the engine");
     for (size_t i = 0; i < api_n_routes; i++) T_CHECK(api_routes[i].handler != NULL, "route %zu has no handler", i);
 }
 
