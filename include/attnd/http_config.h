@@ -13,7 +13,8 @@ struct http_config {
     int max_tokens_cap;       /* largest max_tokens a request may ask for */
     int keep_requests;        /* finished requests /attention can address (>= 1) */
     int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
-    const char *api_key;      /* if not NULL/empty: every route but /health needs "Bearer KEY" */
+    const char *api_key;      /* if not NULL/empty: every route but the open ones (the route table's
+                                 open flag: /health and the playground's files) needs "Bearer KEY" */
     int max_connections;      /* concurrent connections (each holds one thread) */
     int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
     int timeout_ms;           /* a connection with no bytes in either direction for this long is closed

@@ -104,7 +104,8 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--max-connections", NULL, CLI_INT, &hc->max_connections, "N", "concurrent connections (default 256)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--max-per-client", NULL, CLI_INT, &hc->max_per_client, "N", "concurrent connections from one client address (default 64)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--timeout-ms", NULL, CLI_INT, &hc->timeout_ms, "N", "close a connection idle this long, e.g. a half-sent request\n(default 30000, whole seconds; 0 = never)"), CLI_RANGE(0, 3600 * 1000)},
-        {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but /health")},
+        {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but the open\n"
+                                                                  "ones listed below")},
         {CLI_OPT("--api-key-file", NULL, CLI_STR, &A->key_file, "FILE", "the same, the key read from FILE (first line)")},
         {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",
                  "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
@@ -118,7 +119,10 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         .name = "serve", .usage = "attnd serve -m MODEL.gguf [options]", .opts = opts,
         .footer = "Routes: POST /v1/generate, POST /v1/chat/completions, POST /v1/completions, GET /attention,\n"
                   "GET /logit_lens, GET /heads, GET /health, GET /v1/models, GET /metrics\n"
-                  "(docs/API.md).\n"};
+                  "(docs/API.md).\n"
+                  "Open without a key: GET /health, and the playground's files, which must load before a key\n"
+                  "can be typed and hold no secrets: GET /, /index.html and every other file of web/\n"
+                  "(/app.js, /style.css...). Every other path needs the key, unknown ones too (401, not 404).\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO) return rc;
     if (!A->model_path) {

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
-"""--api-key / --api-key-file: every route but /health needs `Authorization: Bearer KEY`
-(401 with the one error shape and WWW-Authenticate otherwise); /health stays open; wrong keys,
-other schemes and keys of other lengths are refused; bad flags are refused at start-up."""
+"""--api-key / --api-key-file: every route but the open ones needs `Authorization: Bearer KEY`
+(401 with the one error shape and WWW-Authenticate otherwise); wrong keys, other schemes and
+keys of other lengths are refused; bad flags are refused at start-up. The open ones are what
+`serve --help` lists (/health and the playground's files, every file of web/): the daemon's
+actual behaviour is checked against that text, route by route and file by file."""
 import os
+import re
 import subprocess
 import tempfile
 
@@ -11,6 +14,38 @@ from attnd_daemon import ATTND, Checker, Daemon, error_shape_ok, model
 c = Checker("test_http_auth")
 MODEL = model("stories260K.gguf")
 KEY = "s3cret-Key_0123456789"
+WEB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "web")
+
+
+def help_lists():
+    """(every route's path, the paths --help says are open) from `attnd serve --help`."""
+    text = subprocess.run([ATTND, "serve", "--help"], capture_output=True, text=True, timeout=30).stdout
+    text = text + subprocess.run([ATTND, "serve", "--help"], capture_output=True, text=True, timeout=30).stderr
+    flat = " ".join(text.split())
+    routes = re.search(r"Routes: (.*?)\(", flat)
+    opened = re.search(r"Open without a key: (.*?)Every other path needs the key", flat)
+    if not c.check(routes and opened, f"--help lists the routes and the open ones:\n{text[-800:]}"):
+        return [], []
+    paths = re.findall(r"(?:GET|POST) (/\S*?)[,.]?(?= |$)", routes.group(1))
+    return paths, re.findall(r"(/(?:[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*)?)", opened.group(1))
+
+
+def check_open_list(d, flag):
+    """Every path --help names as open answers without the key, and so does every file of web/
+    (the text says "every other file of web/"); every other route and an unknown file need it."""
+    paths, opened = help_lists()
+    c.check("/health" in opened and "/" in opened and "/index.html" in opened, f"--help open list: {opened}")
+    for name in sorted(os.listdir(WEB)):
+        opened.append("/" + name)
+    for p in sorted(set(opened)):
+        r = d.get(p)
+        c.check(r.status_code == 200, f"{flag}: {p} is listed as open but answers {r.status_code} without the key")
+    closed = [p for p in paths if p not in opened] + ["/no-such-file.js", "/index.htm", "/web/app.js"]
+    c.check(len(closed) >= 8, f"routes that need the key: {closed}")
+    for p in closed:
+        r = d.get(p)
+        c.check(r.status_code == 401, f"{flag}: {p} is not listed as open but answers {r.status_code} without the key")
+    return len(closed)
 
 with tempfile.TemporaryDirectory() as tmp:
     key_file = os.path.join(tmp, "key")
@@ -21,6 +56,7 @@ with tempfile.TemporaryDirectory() as tmp:
         try:
             good = {"Authorization": "Bearer " + KEY}
             c.check(d.get("/health").status_code == 200, f"{flag}: /health must stay open")
+            n401 = check_open_list(d, flag)
             for method, path, body in (("GET", "/v1/models", None), ("GET", "/metrics", None),
                                        ("GET", "/attention?layer=0&head=0", None),
                                        ("POST", "/v1/generate", {"prompt": [1, 2], "max_tokens": 2}),
@@ -39,7 +75,7 @@ with tempfile.TemporaryDirectory() as tmp:
             c.check(d.get("/v1/models", headers=good).status_code == 200, f"{flag}: models with the key")
             c.check(d.get("/attention?layer=0&head=0", headers=good).status_code == 200, f"{flag}: attention with the key")
             r = d.get("/metrics", headers=good)
-            c.check(r.status_code == 200 and 'attnd_errors_total{type="authentication_error"} 30' in r.text,
+            c.check(r.status_code == 200 and 'attnd_errors_total{type="authentication_error"} %d' % (30 + n401) in r.text,
                     f"{flag}: 401s counted in /metrics")
             c.check(error_shape_ok(d.get("/nope", headers=good), 404) is None, f"{flag}: 404 with the key")
         finally:
