@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attnd/sched.h"
 
@@ -39,6 +40,7 @@ struct metrics {
     uint64_t *requests;    /* (n_routes + 1, N_STATUS): the last row is "other" */
     uint64_t *errors;      /* (n_errtypes) */
     struct counters c;
+    double started; /* Unix time of metrics_create, seconds */
 };
 
 attnd_status metrics_create(const struct metrics_labels *labels, struct metrics **out)
@@ -49,6 +51,7 @@ attnd_status metrics_create(const struct metrics_labels *labels, struct metrics 
     struct metrics *m = calloc(1, sizeof *m);
     if (!m) return ATTND_ERR_NOMEM;
     pthread_mutex_init(&m->mu, NULL);
+    m->started = (double)time(NULL);
     m->n_routes = labels->n_routes;
     m->n_errtypes = labels->n_error_types;
     m->routes = calloc(m->n_routes + 1, sizeof *m->routes);
@@ -223,6 +226,47 @@ static void render_kv(struct api_buf *b, const struct sched_stats *st)
            st->prefix_hit_tokens);
 }
 
+/* The model-server protocol of the Gateway API Inference Extension (docs/GATEWAY.md): the endpoint
+ * picker reads a queue length, a running count, the KV cache usage as a fraction 0..1 and the
+ * cache's shape from labels of an info gauge. attnd's own names, then the same values under vLLM's
+ * names, the endpoint picker's defaults, so that one configured for vLLM works unchanged. */
+static void render_gateway(struct api_buf *b, const struct sched_stats *st, bool loaded, double started)
+{
+    /* blocks held by running requests; cached blocks nobody holds are evictable, so free (as in vLLM) */
+    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / (double)st->kv_blocks_total : 0.0;
+    unsigned long long block = st->kv_blocks_total ? st->kv_tokens_capacity / st->kv_blocks_total : 0;
+    header(b, "attnd_kv_cache_usage_ratio", "gauge",
+           "Fraction of KV cache blocks held by running requests, 0..1 (the protocol's KVCacheUtilization).");
+    api_buf_printf(b, "attnd_kv_cache_usage_ratio %.6g\n", usage);
+    if (loaded) {
+        header(b, "attnd_cache_config_info", "gauge", "KV cache shape in labels: tokens per block, blocks (value 1).");
+        api_buf_printf(b, "attnd_cache_config_info{block_size=\"%llu\",num_gpu_blocks=\"%llu\"} 1\n", block,
+                       (unsigned long long)st->kv_blocks_total);
+    }
+    static const struct {
+        const char *name, *help;
+    } alias[] = {
+        {"vllm:num_requests_waiting", "Alias of attnd_queue_depth (vLLM's name)."},
+        {"vllm:num_requests_running", "Alias of attnd_requests_running (vLLM's name)."},
+        {"vllm:kv_cache_usage_perc", "Alias of attnd_kv_cache_usage_ratio, a fraction 0..1 (vLLM's name)."},
+        {"vllm:gpu_cache_usage_perc", "Alias of attnd_kv_cache_usage_ratio (vLLM's name before 0.10)."},
+    };
+    const double v[] = {st->queued, st->running, usage, usage};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+        header(b, alias[i].name, "gauge", alias[i].help);
+        api_buf_printf(b, "%s %.6g\n", alias[i].name, v[i]);
+    }
+    if (!loaded) return;
+    header(b, "vllm:cache_config_info", "gauge", "Alias of attnd_cache_config_info (vLLM's name).");
+    api_buf_printf(b, "vllm:cache_config_info{block_size=\"%llu\",num_gpu_blocks=\"%llu\"} 1\n", block,
+                   (unsigned long long)st->kv_blocks_total);
+    /* no LoRA adapters: empty lists, so the picker's LoRA extractor finds its metric; the value is
+     * the protocol's "last updated" timestamp, here when the server started */
+    header(b, "vllm:lora_requests_info", "gauge", "LoRA adapters (attnd serves none); value: a Unix timestamp.");
+    api_buf_printf(b, "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} %.0f\n",
+                   started);
+}
+
 /* The scheduler's gauges; st all zero when no engine is attached. */
 static void render_sched(struct api_buf *b, const struct sched_stats *st, bool loaded)
 {
@@ -260,6 +304,7 @@ attnd_status metrics_render(struct metrics *m, const struct sched_stats *st, con
     if (st) render_backend(b, backend ? backend : "", device ? device : "");
     render_counters(b, m, &s);
     render_sched(b, st ? st : &none, st != NULL);
+    render_gateway(b, st ? st : &none, st != NULL, m->started);
     free(s.requests);
     free(s.errors);
     return b->oom ? ATTND_ERR_NOMEM : ATTND_OK;

@@ -61,7 +61,9 @@ void metrics_ttft(struct metrics *m, double seconds);
 void metrics_tpot(struct metrics *m, double seconds);
 
 /* Appends everything in the Prometheus text format to b: the counters, and the scheduler's
- * gauges from st with the backend/device info line when st is not NULL (zeros otherwise).
+ * gauges from st with the backend/device info line when st is not NULL (zeros otherwise), then the
+ * Gateway API Inference Extension's model-server gauges under attnd's names and under vLLM's
+ * (vllm:num_requests_waiting, ...; docs/GATEWAY.md has the mapping).
  * Returns ATTND_OK or ATTND_ERR_NOMEM (b may hold part of the text; b->oom tells about b). */
 attnd_status metrics_render(struct metrics *m, const struct sched_stats *st, const char *backend, const char *device,
                             struct api_buf *b);
