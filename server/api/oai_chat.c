@@ -2,6 +2,7 @@
 #include "server/api/oai_chat.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,23 +10,10 @@
 #include "attnd/chat_template.h"
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
-#include "server/api/generate.h"
+#include "server/api/fields.h"
 #include "server/api/oai_common.h"
 
 #define MAX_MESSAGES 1024
-
-/* Fields the API defines that attnd accepts and ignores (they change nothing in the answer). */
-static const char *const IGNORED[] = {"model", "user", "store", "metadata", "service_tier", "parallel_tool_calls", NULL};
-/* Fields that would change the answer in ways attnd cannot honour. */
-static const char *const REFUSED[] = {"tools", "tool_choice", "functions", "function_call", "audio", "modalities",
-                                      "prediction", "web_search_options", NULL};
-
-static bool in(const char *const *list, const char *k)
-{
-    for (; *list; list++)
-        if (!strcmp(*list, k)) return true;
-    return false;
-}
 
 /* A message's content: a string, or an array of {"type":"text","text":...} parts, joined.
  * Returns 0 or 400 with err; *out is malloc'd. */
@@ -114,107 +102,101 @@ static int parse_messages(const cJSON *msgs, const struct api_engine *e, const s
     return code;
 }
 
-/* The fields only the chat API has. Returns 0, -1 (not one of them) or 400. */
-static int chat_field(const struct api_conn *c, const cJSON *it, struct job_params *p, int *top, char *err,
-                      size_t errlen)
+/* ==============================================================================================
+ * Fields
+ * ============================================================================================== */
+
+struct chat_seen {
+    const cJSON *msgs; /* read last: the template needs the whole body */
+    int top;           /* top_logprobs, or -1 */
+};
+
+static int read_messages(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
-    const char *k = it->string;
-    double v;
-    if (!strcmp(k, "max_completion_tokens")) {
-        if (!api_json_int(it, 0, c->srv->cfg.max_tokens_cap, &v)) goto bad_int;
-        p->req.max_tokens = (int)v;
-        p->max_given = true;
-    } else if (!strcmp(k, "n")) {
-        if (!api_json_int(it, 1, 8, &v)) goto bad_int;
-        p->n = (int)v;
-    } else if (!strcmp(k, "logprobs")) {
-        if (!cJSON_IsBool(it) && !cJSON_IsNull(it)) goto bad_bool;
-        if (cJSON_IsTrue(it) && p->logprobs < 0) p->logprobs = 0;
-    } else if (!strcmp(k, "top_logprobs")) {
-        if (!api_json_int(it, 0, SCHED_MAX_LOGPROBS, &v)) goto bad_int;
-        *top = (int)v;
-    } else return -1;
+    ((struct chat_seen *)x->route)->msgs = it;
     return 0;
-bad_int:
-    snprintf(err, errlen, "'%s' must be an integer in range (n: 1..8, top_logprobs: 0..20, max_completion_tokens: "
-             "0..%d)", k, c->srv->cfg.max_tokens_cap);
-    return 400;
-bad_bool:
-    snprintf(err, errlen, "'%s' must be true or false", k);
+}
+
+static int read_logprobs(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    struct job_params *p = x->dst;
+    if (!cJSON_IsBool(it)) {
+        snprintf(err, errlen, "'logprobs' must be true or false");
+        return 400;
+    }
+    if (cJSON_IsTrue(it) && p->logprobs < 0) p->logprobs = 0;
+    return 0;
+}
+
+static int read_top_logprobs(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    double v;
+    if (!api_json_int(it, 0, SCHED_MAX_LOGPROBS, &v)) {
+        snprintf(err, errlen, "'top_logprobs' must be an integer in [0, %d]", SCHED_MAX_LOGPROBS);
+        return 400;
+    }
+    ((struct chat_seen *)x->route)->top = (int)v;
+    return 0;
+}
+
+/* A field that would change the answer in a way attnd cannot honour: refused unless it asks for
+ * nothing (an empty list, tool_choice "none"). */
+static int read_refused(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (cJSON_IsArray(it) && !cJSON_GetArraySize(it)) return 0;
+    if (!strcmp(it->string, "tool_choice") && cJSON_IsString(it) && !strcmp(it->valuestring, "none")) return 0;
+    snprintf(err, errlen, "'%s' is not supported by attnd", it->string);
     return 400;
 }
 
-/* The sampling-affecting fields the API has but attnd cannot honour fully. */
-static int refused_field(const cJSON *it, char *err, size_t errlen)
+static int read_response_format(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
-    const char *k = it->string;
-    if (in(REFUSED, k) && !cJSON_IsNull(it) && !(cJSON_IsArray(it) && !cJSON_GetArraySize(it)) &&
-        !(!strcmp(k, "tool_choice") && cJSON_IsString(it) && !strcmp(it->valuestring, "none"))) {
-        snprintf(err, errlen, "'%s' is not supported by attnd", k);
-        return 400;
-    }
-    if (!strcmp(k, "response_format")) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(it, "type");
-        if (!cJSON_IsNull(it) && !(cJSON_IsString(t) && !strcmp(t->valuestring, "text"))) {
-            snprintf(err, errlen, "'response_format' other than {\"type\":\"text\"} is not supported by attnd");
-            return 400;
-        }
-    }
-    if (!strcmp(k, "logit_bias") && !cJSON_IsNull(it) && !(cJSON_IsObject(it) && !it->child)) {
-        snprintf(err, errlen, "'logit_bias' is not supported by attnd");
-        return 400;
-    }
-    return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(it, "type");
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "text")) return 0;
+    snprintf(err, errlen, "'response_format' other than {\"type\":\"text\"} is not supported by attnd");
+    return 400;
 }
+
+#define JP(f) offsetof(struct job_params, f)
+#define IGNORED(name) {name, FIELD_IGNORED, 0, 0, 0, FIELD_NO_GIVEN, NULL}
+#define REFUSED(name) {name, FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_refused}
+
+/* The fields only the chat API has. */
+static const struct api_field chat_fields[] = {
+    {"messages", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_messages},
+    {"max_completion_tokens", FIELD_INT, JP(req.max_tokens), 0, FIELD_HI_MAX_TOKENS, JP(max_given), NULL},
+    {"n", FIELD_INT, JP(n), 1, 8, FIELD_NO_GIVEN, NULL},
+    {"logprobs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_logprobs},
+    {"top_logprobs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_top_logprobs},
+    {"response_format", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_response_format},
+    IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"), IGNORED("parallel_tool_calls"),
+    REFUSED("tools"), REFUSED("tool_choice"), REFUSED("functions"), REFUSED("function_call"), REFUSED("audio"),
+    REFUSED("modalities"), REFUSED("prediction"), REFUSED("web_search_options"),
+    FIELD_END,
+};
+
+static const struct api_field *const chat_tables[] = {chat_fields, oai_common_fields, api_sampling_fields, NULL};
 
 /* Reads every field into p. Returns 0 or an HTTP status; *param names the field at fault. */
 static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
                       const char **param, char *err, size_t errlen)
 {
-    const cJSON *msgs = NULL, *it;
-    int top = -1;
-    cJSON_ArrayForEach(it, root)
-    {
-        const char *k = it->string ? it->string : "";
-        *param = k;
-        int code = oai_common_field(root, it, p, err, errlen);
-        if (code >= 0) {
-            if (code) return code;
-            continue;
-        }
-        if (!strcmp(k, "messages")) {
-            msgs = it;
-            continue;
-        }
-        if (in(IGNORED, k)) continue;
-        code = refused_field(it, err, errlen);
-        if (code) return code;
-        if (in(REFUSED, k) || !strcmp(k, "response_format") || !strcmp(k, "logit_bias")) continue;
-        if (cJSON_IsNull(it)) continue; /* the client's way of saying "default" */
-        if ((code = chat_field(c, it, p, &top, err, errlen)) >= 0) {
-            if (code) return code;
-            continue;
-        }
-        if ((code = api_gen_field(c->srv, it, &p->req, p->stops, &p->max_given, err, errlen)) >= 0) {
-            if (code) return code;
-            if (!strcmp(k, "seed")) p->seed_given = true;
-            continue;
-        }
-        snprintf(err, errlen, "unknown field '%s'", k);
-        return 400;
-    }
+    struct chat_seen seen = {.top = -1};
+    struct api_field_ctx x = {.c = c, .e = e, .root = root, .dst = p, .route = &seen, .null_ok = true};
+    int code = api_fields_read(chat_tables, &x, param, err, errlen);
+    if (code) return code;
     *param = "top_logprobs";
-    if (top >= 0 && p->logprobs < 0) {
+    if (seen.top >= 0 && p->logprobs < 0) {
         snprintf(err, errlen, "'top_logprobs' needs \"logprobs\": true");
         return 400;
     }
-    if (top > 0) p->logprobs = top;
+    if (seen.top > 0) p->logprobs = seen.top;
     *param = "messages";
-    if (!msgs) {
+    if (!seen.msgs) {
         snprintf(err, errlen, "'messages' is required");
         return 400;
     }
-    return parse_messages(msgs, e, c->srv, p, err, errlen);
+    return parse_messages(seen.msgs, e, c->srv, p, err, errlen);
 }
 
 enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, OAI_CHAT, parse_chat); }

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "server/api/errors.h"
-#include "server/api/generate.h"
+#include "server/api/fields.h"
 
 #define PIECE_CAP 512 /* one token's text */
 
@@ -70,27 +71,32 @@ void oai_params_init(struct job_params *p)
     sp->min_p = 0.0f;
 }
 
-int oai_common_field(const cJSON *root, const cJSON *it, struct job_params *p, char *err, size_t errlen)
+static int read_stream_options(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
-    const char *k = it->string ? it->string : "";
-    if (api_json_repeated(root, it, err, errlen)) return 400;
-    if (!strcmp(k, "stream")) {
-        if (!cJSON_IsBool(it) && !cJSON_IsNull(it)) {
-            snprintf(err, errlen, "'stream' must be true or false");
-            return 400;
-        }
-        p->stream = cJSON_IsTrue(it);
-        return 0;
-    }
-    if (strcmp(k, "stream_options")) return -1;
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "include_usage");
-    if (!cJSON_IsNull(it) && (!cJSON_IsObject(it) || (u && !cJSON_IsBool(u)))) {
+    if (!cJSON_IsObject(it) || (u && !cJSON_IsBool(u))) {
         snprintf(err, errlen, "'stream_options' must be an object like {\"include_usage\":true}");
         return 400;
     }
-    p->include_usage = cJSON_IsTrue(u);
+    ((struct job_params *)x->dst)->include_usage = cJSON_IsTrue(u);
     return 0;
 }
+
+static int read_logit_bias(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (cJSON_IsObject(it) && !it->child) return 0;
+    snprintf(err, errlen, "'logit_bias' is not supported by attnd");
+    return 400;
+}
+
+const struct api_field oai_common_fields[] = {
+    {"stream", FIELD_BOOL, offsetof(struct job_params, stream), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"stream_options", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_stream_options},
+    {"logit_bias", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_logit_bias},
+    {"model", FIELD_IGNORED, 0, 0, 0, FIELD_NO_GIVEN, NULL},
+    {"user", FIELD_IGNORED, 0, 0, 0, FIELD_NO_GIVEN, NULL},
+    FIELD_END,
+};
 
 enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse)
 {

@@ -18,6 +18,7 @@
 #include "attnd/sched.h"
 #include "server/api/api.h"
 #include "server/api/buf.h"
+#include "server/api/fields.h"
 #include "server/api/job.h"
 
 struct cJSON;
@@ -51,9 +52,9 @@ typedef int (*oai_parse_fn)(struct api_conn *c, const struct api_engine *e, cons
  * kind's shape. */
 enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse);
 
-/* The fields both routes read the same way: stream, stream_options, a field that appears twice
- * (refused). Returns 0 (read), -1 (not one of them) or 400 with the reason in err. */
-int oai_common_field(const struct cJSON *root, const struct cJSON *it, struct job_params *p, char *err, size_t errlen);
+/* The rows both routes read the same way: stream, stream_options, logit_bias (only {}), model
+ * and user (ignored). */
+extern const struct api_field oai_common_fields[];
 
 /* The chat template family chat requests use: --chat-template, else the model file's. */
 int oai_chat_family(const struct http_server *srv, const struct api_engine *e);

@@ -2,10 +2,11 @@
 #include "server/api/oai_completions.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "server/api/generate.h"
+#include "server/api/fields.h"
 #include "server/api/oai_common.h"
 
 #define MAX_TEXT_LOGPROBS 5 /* the legacy API's limit */
@@ -32,77 +33,55 @@ static int parse_prompts(const cJSON *it, const struct api_engine *e, struct job
     return 0;
 }
 
-/* The fields only this API has. Returns 0, -1 (not one of them) or 400. */
-static int text_field(const cJSON *it, struct job_params *p, char *err, size_t errlen)
+struct text_seen {
+    const cJSON *prompt; /* read last: it needs the tokenizer */
+};
+
+static int read_prompt(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
-    const char *k = it->string;
-    double v;
-    if (!strcmp(k, "n") || !strcmp(k, "best_of")) {
-        if (!api_json_int(it, 1, 8, &v)) {
-            snprintf(err, errlen, "'%s' must be an integer in 1..8", k);
-            return 400;
-        }
-        if (!strcmp(k, "n")) p->n = (int)v;
-        else if (v != 1) {
-            snprintf(err, errlen, "'best_of' other than 1 is not supported by attnd (use n)");
-            return 400;
-        }
-    } else if (!strcmp(k, "logprobs")) {
-        if (!api_json_int(it, 0, MAX_TEXT_LOGPROBS, &v)) {
-            snprintf(err, errlen, "'logprobs' must be an integer in 0..%d", MAX_TEXT_LOGPROBS);
-            return 400;
-        }
-        p->logprobs = (int)v;
-    } else if (!strcmp(k, "echo")) {
-        if (!cJSON_IsBool(it)) {
-            snprintf(err, errlen, "'echo' must be true or false");
-            return 400;
-        }
-        p->echo = cJSON_IsTrue(it);
-    } else if (!strcmp(k, "suffix")) {
-        if (!(cJSON_IsString(it) && !it->valuestring[0])) {
-            snprintf(err, errlen, "'suffix' (insertion) is not supported by attnd");
-            return 400;
-        }
-    } else if (!strcmp(k, "logit_bias")) {
-        if (!(cJSON_IsObject(it) && !it->child)) {
-            snprintf(err, errlen, "'logit_bias' is not supported by attnd");
-            return 400;
-        }
-    } else return -1;
+    ((struct text_seen *)x->route)->prompt = it;
     return 0;
 }
+
+static int read_best_of(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    double v;
+    if (api_json_int(it, 1, 8, &v) && v == 1) return 0;
+    snprintf(err, errlen, "'best_of' other than 1 is not supported by attnd (use n)");
+    return 400;
+}
+
+static int read_suffix(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (cJSON_IsString(it) && !it->valuestring[0]) return 0;
+    snprintf(err, errlen, "'suffix' (insertion) is not supported by attnd");
+    return 400;
+}
+
+#define JP(f) offsetof(struct job_params, f)
+
+/* The fields only this API has. */
+static const struct api_field text_fields[] = {
+    {"prompt", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_prompt},
+    {"n", FIELD_INT, JP(n), 1, 8, FIELD_NO_GIVEN, NULL},
+    {"best_of", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_best_of},
+    {"logprobs", FIELD_INT, JP(logprobs), 0, MAX_TEXT_LOGPROBS, FIELD_NO_GIVEN, NULL},
+    {"echo", FIELD_BOOL, JP(echo), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"suffix", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_suffix},
+    FIELD_END,
+};
+
+static const struct api_field *const text_tables[] = {text_fields, oai_common_fields, api_sampling_fields, NULL};
 
 static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
                       const char **param, char *err, size_t errlen)
 {
-    const cJSON *prompt = NULL, *it;
-    cJSON_ArrayForEach(it, root)
-    {
-        const char *k = it->string ? it->string : "";
-        *param = k;
-        int code = oai_common_field(root, it, p, err, errlen);
-        if (code >= 0) {
-            if (code) return code;
-            continue;
-        }
-        if (!strcmp(k, "prompt")) {
-            prompt = it;
-            continue;
-        }
-        if (!strcmp(k, "model") || !strcmp(k, "user") || cJSON_IsNull(it)) continue;
-        code = text_field(it, p, err, errlen);
-        if (code < 0 && (code = api_gen_field(c->srv, it, &p->req, p->stops, &p->max_given, err, errlen)) == 0 &&
-            !strcmp(k, "seed"))
-            p->seed_given = true;
-        if (code > 0) return code;
-        if (code < 0) {
-            snprintf(err, errlen, "unknown field '%s'", k);
-            return 400;
-        }
-    }
+    struct text_seen seen = {0};
+    struct api_field_ctx x = {.c = c, .e = e, .root = root, .dst = p, .route = &seen, .null_ok = true};
+    int code = api_fields_read(text_tables, &x, param, err, errlen);
+    if (code) return code;
     *param = "prompt";
-    if (!prompt) {
+    if (!seen.prompt) {
         snprintf(err, errlen, "'prompt' is required");
         return 400;
     }
@@ -111,7 +90,7 @@ static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSO
         snprintf(err, errlen, "'echo' with 'logprobs' (the prompt's own log-probabilities) is not supported by attnd");
         return 400;
     }
-    return parse_prompts(prompt, e, p, err, errlen);
+    return parse_prompts(seen.prompt, e, p, err, errlen);
 }
 
 enum MHD_Result oai_completions(struct api_conn *c) { return oai_route(c, OAI_TEXT, parse_text); }
