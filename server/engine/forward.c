@@ -4,7 +4,9 @@
  *
  * A step goes: fwd_eval (chunks a private sequence) -> fwd_eval_batch (checks the step, computes
  * positions) -> c->ops->eval_batch, the backend's one step (forward_cpu.c or forward_vk.c,
- * through the table in forward_backend.h). Nothing here asks which backend it holds. */
+ * through the table in forward_backend.h). Everything else a caller asks of the backend
+ * (threads, the logit lens' projection, device and kernel names) goes through that table too:
+ * this file holds no backend's state and asks nothing of which backend it holds. */
 #include "attnd/forward.h"
 
 #include <math.h>
@@ -18,21 +20,17 @@
 #include "attnd/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "server/engine/forward_backend.h"
-#include "server/engine/forward_cpu.h"
-#include "server/engine/forward_vk.h"
 
 struct fwd_ctx {
     const struct model *m;
     const struct fwd_backend_ops *ops; /* the backend every step goes to */
-    void *be;                          /* its state (== cpu for the CPU backend) */
-    void *cpu;                         /* the CPU backend's state: also serves fwd_project */
+    void *be;                          /* its state */
     int n_batch;
     /* private cache and sequence (fwd_eval); NULL when created with n_ctx = -1 */
     struct kv_cache *kv;
     struct kv_seq *seq;
     int n_ctx;
-    int32_t *pos;          /* (n_batch) position of each token of a step in its sequence */
-    double *rope_inv_freq; /* (n_rot / 2) */
+    int32_t *pos; /* (n_batch) position of each token of a step in its sequence */
     struct fwd_probe probe;
 };
 
@@ -62,12 +60,10 @@ int fwd_backend_parse(const char *s, enum fwd_backend *out)
 void fwd_destroy(struct fwd_ctx *c)
 {
     if (!c) return;
-    if (c->be != c->cpu) c->ops->destroy(c->be);
-    fwd_cpu_backend.destroy(c->cpu);
+    if (c->ops) c->ops->destroy(c->be);
     kv_seq_destroy(c->seq);
     kv_destroy(c->kv);
     free(c->pos);
-    free(c->rope_inv_freq);
     free(c);
 }
 
@@ -100,51 +96,27 @@ static attnd_status private_cache_create(struct fwd_ctx *c, const struct fwd_opt
     return st;
 }
 
-/* θ_i divisors of RoPE: base^(-2i/n_rot), divided by rope_freqs[i] where the model has them. */
-void fwd_rope_row(const double *inv_freq, size_t half, int pos, float *cs)
-{
-    for (size_t j = 0; j < half; j++) {
-        const double th = (double)pos * inv_freq[j];
-        cs[2 * j] = (float)cos(th);
-        cs[2 * j + 1] = (float)sin(th);
-    }
-}
-
-static attnd_status rope_freqs_create(struct fwd_ctx *c)
-{
-    const struct model_hparams *hp = &c->m->hp;
-    c->rope_inv_freq = malloc((size_t)(hp->n_rot / 2 + 1) * sizeof(double));
-    if (!c->rope_inv_freq) return ATTND_ERR_NOMEM;
-    for (int i = 0; i < hp->n_rot / 2; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (c->m->rope_freqs) f /= c->m->rope_freqs[i];
-        c->rope_inv_freq[i] = f;
-    }
-    return ATTND_OK;
-}
-
 /* Picks the backend: the CPU kernels, or a Vulkan device when asked (auto falls back to the CPU
- * with the reason logged and kept in g_backend_err). */
+ * with the reason logged and kept in g_backend_err). The Vulkan backend gets the CPU backend's
+ * table as its host, for the work it leaves to the CPU. */
 static attnd_status backend_open(struct fwd_ctx *c, const struct fwd_opts *o)
 {
     struct fwd_backend_cfg cfg = {.n_threads = o->n_threads, .n_batch = o->n_batch, .vk_device = o->vk_device - 1,
-                                  .need_gpu = o->backend == FWD_BACKEND_AUTO, .rope_inv_freq = c->rope_inv_freq};
+                                  .need_gpu = o->backend == FWD_BACKEND_AUTO, .host = &fwd_cpu_backend};
     char why[256] = "";
-    attnd_status st = fwd_cpu_backend.create(c->m, &cfg, &c->cpu, why, sizeof why);
-    if (st) return st;
-    c->ops = &fwd_cpu_backend;
-    c->be = c->cpu;
-    if (o->backend == FWD_BACKEND_CPU) return ATTND_OK;
-    void *vk;
-    if (!(st = fwd_vk_backend.create(c->m, &cfg, &vk, why, sizeof why))) {
-        c->ops = &fwd_vk_backend;
-        c->be = vk;
-        return ATTND_OK;
+    attnd_status st;
+    if (o->backend != FWD_BACKEND_CPU) {
+        if (!(st = fwd_vk_backend.create(c->m, &cfg, &c->be, why, sizeof why))) {
+            c->ops = &fwd_vk_backend;
+            return ATTND_OK;
+        }
+        snprintf(g_backend_err, sizeof g_backend_err, "%s", why);
+        if (o->backend == FWD_BACKEND_VULKAN) return st;
+        log_info("backend auto: using the CPU kernels (%s)", why);
     }
-    snprintf(g_backend_err, sizeof g_backend_err, "%s", why);
-    if (o->backend == FWD_BACKEND_VULKAN) return st;
-    log_info("backend auto: using the CPU kernels (%s)", why);
-    return ATTND_OK;
+    cfg.host = NULL;
+    if (!(st = fwd_cpu_backend.create(c->m, &cfg, &c->be, why, sizeof why))) c->ops = &fwd_cpu_backend;
+    return st;
 }
 
 attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, struct fwd_ctx **out)
@@ -163,7 +135,6 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
     c->pos = malloc((size_t)o.n_batch * sizeof *c->pos);
     if (!c->pos) st = ATTND_ERR_NOMEM;
     if (!st && o.n_ctx > 0) st = private_cache_create(c, &o);
-    if (!st) st = rope_freqs_create(c);
     if (!st) st = backend_open(c, &o);
     if (st) {
         fwd_destroy(c);
@@ -175,7 +146,7 @@ attnd_status fwd_create(const struct model *m, const struct fwd_opts *opts, stru
 
 int fwd_n_past(const struct fwd_ctx *c) { return c->seq ? (int)kv_seq_len(c->seq) : 0; }
 int fwd_n_ctx(const struct fwd_ctx *c) { return c->n_ctx; }
-int fwd_n_threads(const struct fwd_ctx *c) { return fwd_cpu_n_threads(c->cpu); }
+int fwd_n_threads(const struct fwd_ctx *c) { return c->ops->n_threads(c->be); }
 int fwd_n_batch(const struct fwd_ctx *c) { return c->n_batch; }
 
 void fwd_reset(struct fwd_ctx *c)
@@ -259,9 +230,6 @@ void fwd_cache_v(const struct fwd_ctx *c, int layer, int pos, int kv_head, float
            hd);
 }
 
-/* ---- parallel pieces -------------------------------------------------------------------- */
-
-
 /* ---- one step -------------------------------------------------------------------------------- */
 
 /* Checks every sequence's share of a step; *T and *n_rows get the token and logit-row counts. */
@@ -297,7 +265,7 @@ attnd_status fwd_eval_batch(struct fwd_ctx *c, struct kv_cache *kv, const struct
     return c->ops->eval_batch(c->be, &step);
 }
 
-void fwd_project(struct fwd_ctx *c, const float *x, int n, float *logits) { fwd_cpu_project(c->cpu, x, n, logits); }
+void fwd_project(struct fwd_ctx *c, const float *x, int n, float *logits) { c->ops->project(c->be, x, n, logits); }
 
 attnd_status fwd_eval(struct fwd_ctx *c, const int32_t *tokens, int n, bool all_logits, float *logits)
 {

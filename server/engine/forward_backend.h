@@ -5,7 +5,9 @@
  * which backend it holds. Two implementations: forward_cpu.c (the SIMD CPU kernels) and
  * forward_vk.c (Vulkan compute shaders). Each computes the same thing (see forward_cpu.c):
  *   embed -> per layer [attention block, MLP block] -> logits for the rows asked for,
- * writes the new tokens' K/V into the paged cache and commits the sequences.
+ * writes the new tokens' K/V into the paged cache and commits the sequences. A backend holds all
+ * its state behind its void *; what the backends share lives in modules of their own (rope.h:
+ * the RoPE angles), never in forward.c, and neither backend includes the other's header.
  *
  * A backend state is used by one thread at a time (the owning fwd_ctx's caller). */
 #ifndef ATTND_FORWARD_BACKEND_H
@@ -42,20 +44,18 @@ struct fwd_step {
     const struct fwd_probe *probe; /* never NULL */
 };
 
+struct fwd_backend_ops;
+
 /* How to make a backend state. */
 struct fwd_backend_cfg {
-    int n_threads;                /* worker threads including the caller (>= 1) */
-    int n_batch;                  /* most tokens in one step (>= 1) */
-    int vk_device;                /* -1: the best Vulkan device, else its enumeration index */
-    bool need_gpu;                /* fail (ATTND_ERR_UNSUPPORTED) on a CPU Vulkan device */
-    const double *rope_inv_freq;  /* (n_rot / 2) inverse RoPE frequencies (rope_freqs applied); the
-                                     caller keeps them alive as long as the state */
+    int n_threads;  /* worker threads including the caller (>= 1) */
+    int n_batch;    /* most tokens in one step (>= 1) */
+    int vk_device;  /* -1: the best Vulkan device, else its enumeration index */
+    bool need_gpu;  /* fail (ATTND_ERR_UNSUPPORTED) on a CPU Vulkan device */
+    const struct fwd_backend_ops *host; /* a backend on the host CPU for the work a device backend
+                                           leaves to it (project), made with this cfg less host;
+                                           NULL when making that host backend itself */
 };
-
-/* One token's RoPE rotations: cs[2j], cs[2j + 1] = cos, sin of pos * inv_freq[j] for j < half
- * (computed in double, as the reference's float64 evaluation). Each backend fills one row per token
- * of a step, once for all the layers. */
-void fwd_rope_row(const double *inv_freq, size_t half, int pos, float *cs);
 
 struct fwd_backend_ops {
     const char *name; /* "cpu", "vulkan" */
@@ -72,6 +72,15 @@ struct fwd_backend_ops {
     const char *(*device_name)(const void *state);
     unsigned (*validation_errors)(const void *state); /* Vulkan validation-layer errors so far */
     int (*kernels)(const void *state, struct fwd_kernels *out); /* NULL: not a CPU backend */
+    int (*n_threads)(const void *state); /* host worker threads of the state (the caller included) */
+    /* Final RMSNorm and output layer over n rows of residual stream x (n_embd floats each) into n
+     * rows of n_vocab logits (the logit lens). */
+    void (*project)(void *state, const float *x, int n, float *logits);
 };
+
+/* The implementations, chosen by forward.c: the SIMD CPU kernels (forward_cpu.c) and Vulkan
+ * compute shaders (forward_vk.c, which needs cfg->host). */
+extern const struct fwd_backend_ops fwd_cpu_backend;
+extern const struct fwd_backend_ops fwd_vk_backend;
 
 #endif

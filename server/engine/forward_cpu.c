@@ -31,12 +31,13 @@
 #include "kernels/cpu/cpu_tune.h"
 #include "kernels/cpu/fa2.h"
 #include "kernels/cpu/threadpool.h"
+#include "server/engine/rope.h"
 
 struct fwd_cpu {
     const struct model *m;
     struct tpool *pool;
     int n_batch;
-    const double *rope_inv_freq; /* (n_rot / 2), the owner's */
+    double *rope_inv_freq; /* (n_rot / 2) rope_inv_freqs */
     /* scratch, sized for n_batch tokens */
     float *x;      /* (B, d) residual stream */
     float *h;      /* (B, max(d, nq)) normed input */
@@ -86,6 +87,7 @@ static void cpu_destroy(void *state)
     free(c->fa2_scratch);
     free(c->logits);
     free(c->logit_to);
+    free(c->rope_inv_freq);
     free(c);
 }
 
@@ -120,9 +122,9 @@ static attnd_status cpu_create(const struct model *m, const struct fwd_backend_c
     if (!c) return ATTND_ERR_NOMEM;
     c->m = m;
     c->n_batch = cfg->n_batch;
-    c->rope_inv_freq = cfg->rope_inv_freq;
     snprintf(c->device, sizeof c->device, "cpu (%s)", cpu_isa_name(cpu_kernels_init()));
     attnd_status st = tpool_create(cfg->n_threads, &c->pool);
+    if (!st) st = rope_inv_freqs(m, &c->rope_inv_freq);
     size_t B = (size_t)cfg->n_batch, d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim,
            nkv = kv_width(m), ff = (size_t)hp->n_ff;
     c->x = malloc(B * d * sizeof(float));
@@ -175,7 +177,7 @@ static int cpu_kernels_report(const void *state, struct fwd_kernels *k)
 static const char *cpu_device_name(const void *state) { return ((const struct fwd_cpu *)state)->device; }
 static unsigned cpu_validation_errors(const void *state) { return 0; }
 
-int fwd_cpu_n_threads(const void *state) { return tpool_size(((const struct fwd_cpu *)state)->pool); }
+static int cpu_n_threads(const void *state) { return tpool_size(((const struct fwd_cpu *)state)->pool); }
 
 /* ---- parallel pieces -------------------------------------------------------------------- */
 
@@ -333,7 +335,7 @@ static void head_norm(const struct fwd_cpu *c, float *v, int n_heads, const floa
 }
 
 /* Rotates the first n_rot dims of each of n_heads vectors (head_dim apart) by the token's cos/sin
- * pairs cs (fwd_rope_row). */
+ * pairs cs (rope_row). */
 static void rope(const struct fwd_cpu *c, float *v, int n_heads, const float *cs)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -382,7 +384,7 @@ static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, st
     }
     fa->scratch = c->fa2_scratch;
     const size_t half = (size_t)hp->n_rot / 2;
-    for (int t = 0; t < s->n_tokens; t++) fwd_rope_row(c->rope_inv_freq, half, s->pos[t], c->rope_cs + (size_t)t * half * 2);
+    for (int t = 0; t < s->n_tokens; t++) rope_row(c->rope_inv_freq, half, s->pos[t], c->rope_cs + (size_t)t * half * 2);
     if (s->n_seqs > 1 && s->n_logit_rows > c->logit_rows) {
         float *nl = realloc(c->logits, s->n_logit_rows * V * sizeof(float));
         if (nl) c->logits = nl;
@@ -622,7 +624,8 @@ static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
     return ATTND_OK;
 }
 
-void fwd_cpu_project(void *state, const float *x, int n, float *out)
+/* The logit lens' projection, in chunks of n_batch rows (the scratch h holds that many). */
+static void cpu_project(void *state, const float *x, int n, float *out)
 {
     struct fwd_cpu *c = state;
     const struct model *m = c->m;
@@ -643,4 +646,6 @@ const struct fwd_backend_ops fwd_cpu_backend = {
     .device_name = cpu_device_name,
     .validation_errors = cpu_validation_errors,
     .kernels = cpu_kernels_report,
+    .n_threads = cpu_n_threads,
+    .project = cpu_project,
 };

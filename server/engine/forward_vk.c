@@ -14,6 +14,7 @@
 #include "kernels/vulkan/vk_device.h"
 #include "kernels/vulkan/vk_fa2.h"
 #include "kernels/vulkan/vk_ops.h"
+#include "server/engine/rope.h"
 
 #define MAX_WEIGHTS 4096
 #define MAX_PARTS 16 /* buffers one weight may be split across (maxStorageBufferRange) */
@@ -339,7 +340,9 @@ struct vkf {
     struct engine *e;
     const struct model *m;
     int n_batch;
-    double *inv_freq;
+    double *inv_freq; /* (n_rot / 2) rope_inv_freqs */
+    const struct fwd_backend_ops *host_ops; /* cfg->host: the CPU work (project) */
+    void *host;                             /* its state */
     /* activations, n_batch rows */
     struct vkb_buffer *x, *h, *q, *k, *v, *att, *gate, *up;
     /* per-step tables: tokens, KV slots, logit rows, identity rows, resid row; cos/sin */
@@ -399,6 +402,7 @@ static void vk_destroy(void *state)
         pthread_mutex_unlock(v->e->lockp);
         engine_put(v->e);
     }
+    if (v->host_ops) v->host_ops->destroy(v->host);
     free(v->inv_freq);
     free(v->idx_host);
     free(v->cs_host);
@@ -412,12 +416,41 @@ static attnd_status mkbuf(struct vkf *v, size_t floats, struct vkb_buffer **b)
     return vkb_buffer_create(v->e->dev, (floats ? floats : 1) * sizeof(float), b);
 }
 
+/* The host backend's state (cfg->host, made with the same threads and batch): the logit lens'
+ * projection runs there, on the CPU kernels (this backend has no device path for it). */
+static attnd_status host_open(struct vkf *v, const struct model *m, const struct fwd_backend_cfg *cfg, char *why,
+                              size_t why_n)
+{
+    struct fwd_backend_cfg hc = *cfg;
+    hc.host = NULL;
+    hc.need_gpu = false;
+    attnd_status st = cfg->host->create(m, &hc, &v->host, why, why_n);
+    if (!st) v->host_ops = cfg->host;
+    return st;
+}
+
+static int vk_n_threads(const void *state)
+{
+    const struct vkf *v = state;
+    return v->host_ops->n_threads(v->host);
+}
+
+static void vk_project(void *state, const float *x, int n, float *logits)
+{
+    struct vkf *v = state;
+    v->host_ops->project(v->host, x, n, logits);
+}
+
 static attnd_status vk_create(const struct model *m, const struct fwd_backend_cfg *cfg, void **out, char *why,
                               size_t why_n)
 {
     *out = NULL;
     const int n_batch = cfg->n_batch;
     if (why_n) why[0] = 0;
+    if (!cfg->host) {
+        snprintf(why, why_n, "the Vulkan backend needs a host backend");
+        return ATTND_ERR_INVALID;
+    }
     const struct model_hparams *hp = &m->hp;
     struct vkf *v = calloc(1, sizeof *v);
     if (!v) return ATTND_ERR_NOMEM;
@@ -430,16 +463,16 @@ static attnd_status vk_create(const struct model *m, const struct fwd_backend_cf
     }
     const size_t B = (size_t)n_batch, d = (size_t)hp->n_embd, nq = (size_t)hp->n_head * hp->head_dim,
                  nkv = (size_t)hp->n_head_kv * hp->head_dim, ff = (size_t)hp->n_ff, half = (size_t)hp->n_rot / 2;
-    v->inv_freq = malloc((half + 1) * sizeof(double));
+    if ((st = host_open(v, m, cfg, why, why_n))) goto fail;
+    st = rope_inv_freqs(m, &v->inv_freq);
     v->idx_host = malloc((4 * B + 1) * sizeof(int32_t));
     v->cs_host = malloc((B * half * 2 + 1) * sizeof(float));
     v->tmp = malloc(B * (nq > d ? nq : d) * sizeof(float) + (size_t)hp->n_layer * d * sizeof(float));
     v->fseqs = malloc(B * sizeof *v->fseqs);
-    if (!v->inv_freq || !v->idx_host || !v->cs_host || !v->tmp || !v->fseqs) {
+    if (st || !v->idx_host || !v->cs_host || !v->tmp || !v->fseqs) {
         st = ATTND_ERR_NOMEM;
         goto fail;
     }
-    memcpy(v->inv_freq, cfg->rope_inv_freq, half * sizeof(double));
     pthread_mutex_lock(v->e->lockp);
     if ((st = mkbuf(v, B * d, &v->x)) || (st = mkbuf(v, B * (d > nq ? d : nq), &v->h)) ||
         (st = mkbuf(v, B * nq, &v->q)) || (st = mkbuf(v, B * nkv, &v->k)) || (st = mkbuf(v, B * nkv, &v->v)) ||
@@ -599,7 +632,7 @@ static void fill_tables(struct vkf *v, const struct fwd_step *s, size_t *n_rows,
             ih[IDX_IDENT(B) + (size_t)t] = t;
             if (q->logits && k >= first) ih[IDX_ROWS(B) + (*n_rows)++] = t;
             if (s->probe->resid && pos[t] == s->probe->resid_pos) *resid_row = t;
-            fwd_rope_row(v->inv_freq, half, pos[t], v->cs_host + (size_t)t * half * 2);
+            rope_row(v->inv_freq, half, pos[t], v->cs_host + (size_t)t * half * 2);
         }
     }
     ih[IDX_RESID(B)] = *resid_row;
@@ -772,4 +805,6 @@ const struct fwd_backend_ops fwd_vk_backend = {
     .destroy = vk_destroy,
     .device_name = vk_device_name,
     .validation_errors = vk_validation_errors,
+    .n_threads = vk_n_threads,
+    .project = vk_project,
 };

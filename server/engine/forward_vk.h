@@ -16,6 +16,11 @@
  * kv_cache it has run on (device copies with the same block ids; the device is the only place
  * the K/V of those caches are written).
  *
+ * Work with no device path (the logit lens' projection, fwd_project) runs on a state of the host
+ * backend cfg->host (the CPU kernels) that each context makes beside its device buffers; create
+ * fails (ATTND_ERR_INVALID) without one. Its table, fwd_vk_backend, is declared in
+ * forward_backend.h.
+ *
  * Nothing here exits or prints; failures are statuses with a reason (vkb_last_error(), and the create
  * op's why). create with cfg->need_gpu fails (ATTND_ERR_UNSUPPORTED) when the chosen device is a
  * CPU device, before any pipeline or weight is made; cfg->vk_device -1 is the best device
@@ -24,7 +29,5 @@
 #define ATTND_FORWARD_VK_H
 
 #include "server/engine/forward_backend.h"
-
-extern const struct fwd_backend_ops fwd_vk_backend;
 
 #endif
