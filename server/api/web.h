@@ -1,6 +1,8 @@
-/* web.h - the playground page: GET / (web/index.html) and the other files of web/ (app.js,
- * style.css...), embedded in the binary at build time. tools/embed.sh turns web/'s files into a
- * generated C file (build/VARIANT/gen/web_assets.c) that defines api_web_assets. */
+/* web.h - the playground page: GET / (web/index.html) and the other files of web/ (style.css,
+ * app.js and the ES modules it imports, e.g. api.js: each served at "/" + its name, .js as
+ * text/javascript so browsers run them as modules), embedded in the binary at build time.
+ * tools/embed.sh turns web/'s files into a generated C file (build/VARIANT/gen/web_assets.c)
+ * that defines api_web_assets. */
 #ifndef ATTND_API_WEB_H
 #define ATTND_API_WEB_H
 

@@ -26,6 +26,20 @@ try {
     const r = await api(path);
     check(r.status === 200 && r.ctype.startsWith(type), `GET ${path}: ${r.status} ${r.ctype}`);
   }
+  // the page is ES modules (<script type="module">): every module app.js imports, and theirs, is
+  // served as JavaScript from this daemon (a browser refuses a module of any other type)
+  const seen = new Set(['app.js']), todo = ['app.js'];
+  while (todo.length) {
+    const r = await api('/' + todo.pop());
+    for (const m of r.text.matchAll(/^import\b[^;]*?\bfrom\s+'\.\/([A-Za-z0-9_-]+\.js)'/gm)) {
+      if (!seen.has(m[1])) { seen.add(m[1]); todo.push(m[1]); }
+    }
+  }
+  for (const f of seen) {
+    const r = await api('/' + f);
+    check(r.status === 200 && r.ctype.startsWith('text/javascript'), `GET /${f}: ${r.status} ${r.ctype}`);
+  }
+  check(seen.size >= 6, `app.js imports the view modules: ${[...seen].join(' ')}`);
   const nf = await api('/nope.js');
   check(nf.status === 404 && nf.json && nf.json.error && nf.json.error.code === 404, `GET /nope.js: ${nf.status} ${nf.text}`);
   const model = (await api('/v1/models')).json.data[0];
