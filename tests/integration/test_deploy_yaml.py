@@ -4,7 +4,11 @@ with `make image` — the Kubernetes Deployment probes /health on port 8080 (sta
 liveness) as a non-root user with the models PVC mounted at /models, sets CPU and memory requests
 and limits, and runs the image `make image` tags; the Service and the HPA point at it;
 docker-compose health-checks /health, runs that image, and passes `docker-compose config` where
-the tool is installed; the Dockerfile is multi-stage, installs through deploy/install-deps.sh, runs
+the tool is installed; the InferencePool and InferenceObjective validate against the openAPIV3Schema
+of the Gateway API Inference Extension's CRDs (v1.5.0, $SHARED/crd/), which refuse each of nine
+broken copies (an unknown field, a port out of range, a missing required field, values outside an
+enum...), the pool selects attnd's pods on their port and names the endpoint picker's Service, and
+the picker's configuration maps the model-server protocol to gauges attnd renders; the Dockerfile is multi-stage, installs through deploy/install-deps.sh, runs
 as a non-root user, exposes 8080, has a HEALTHCHECK that asks /health, and its runtime stage
 installs only the run-time group (no Mesa unless VULKAN_CPU=1); the systemd unit runs
 `attnd serve` and stops it with SIGTERM."""
@@ -69,18 +73,19 @@ for path in yamls:
     except yaml.YAMLError as ex:
         check(False, f"{path} does not parse: {ex}")
 
-k8s = {}
+k8s = {}  # (kind, name) -> manifest
 for name, ds in docs.items():
     if name.startswith(os.path.join("deploy", "k8s")):
         for d in ds:
             check(isinstance(d, dict) and "apiVersion" in d and "kind" in d and dig(d, "metadata", "name"),
                   f"{name}: a manifest without apiVersion/kind/metadata.name")
             if isinstance(d, dict) and "kind" in d:
-                k8s[d["kind"]] = d
+                check((d["kind"], dig(d, "metadata", "name")) not in k8s, f"{name}: two {d['kind']} named the same")
+                k8s[(d["kind"], dig(d, "metadata", "name"))] = d
 
-# ---- Kubernetes ----
-dep, svc, hpa, pvc = (k8s.get(k) for k in ("Deployment", "Service", "HorizontalPodAutoscaler",
-                                             "PersistentVolumeClaim"))
+# ---- Kubernetes: attnd's own objects (the endpoint picker's: further down) ----
+dep, svc, hpa = (k8s.get((k, "attnd")) for k in ("Deployment", "Service", "HorizontalPodAutoscaler"))
+pvc = k8s.get(("PersistentVolumeClaim", "attnd-models"))
 for kind, obj in (("Deployment", dep), ("Service", svc), ("HorizontalPodAutoscaler", hpa),
                   ("PersistentVolumeClaim", pvc)):
     check(obj is not None, f"deploy/k8s has no {kind}")
@@ -126,6 +131,179 @@ if dep:
 if pvc:
     check(dig(pvc, "spec", "resources", "requests", "storage") and dig(pvc, "spec", "accessModes"),
           "PVC: storage request and access modes")
+
+# ---- Gateway API Inference Extension: InferencePool, InferenceObjective, the endpoint picker ----
+# The custom resources are validated against the openAPIV3Schema of the project's own CRDs
+# (release v1.5.0, kept as test data under $SHARED/crd/ with their source in a header comment:
+# fetched from github.com/kubernetes-sigs/gateway-api-inference-extension, config/crd/bases/).
+CRD_FILES = ("inference.networking.k8s.io_inferencepools.yaml", "inference.networking.x-k8s.io_inferenceobjectives.yaml")
+SHARED = os.environ.get("SHARED", os.path.join(ROOT, "..", "shared"))
+
+
+def crd_path(fname):
+    for d in (os.path.join(SHARED, "crd"), os.path.join(ROOT, "tests", "data", "crd")):
+        if os.path.exists(os.path.join(d, fname)):
+            return os.path.join(d, fname)
+    return None
+
+
+def to_json_schema(node):
+    """A CRD's structural OpenAPI v3 schema as JSON Schema. The x-kubernetes-* extensions are
+    dropped (CEL rules, list types) except the two that change what is valid: int-or-string and
+    preserve-unknown-fields. An object schema with properties and no additionalProperties gets
+    additionalProperties false: the API server's strict field validation (kubectl's default)
+    rejects unknown fields rather than pruning them silently. nullable becomes a "null" type."""
+    if isinstance(node, list):
+        return [to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: to_json_schema(v) for k, v in node.items()
+           if not k.startswith("x-kubernetes-") and k not in ("nullable", "description")}
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if (out.get("type") == "object" and "properties" in out and "additionalProperties" not in out
+            and not node.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def load_crd_schemas():
+    """{(apiVersion, kind): JSON Schema} of every version of the CRDs found."""
+    schemas = {}
+    for fname in CRD_FILES:
+        path = crd_path(fname)
+        if not check(path is not None, f"CRD {fname} not found under $SHARED/crd/ ({SHARED}) or tests/data/crd/: "
+                     "git show v1.5.0:config/crd/bases/" + fname + " of kubernetes-sigs/gateway-api-inference-extension"):
+            continue
+        with open(path) as f:
+            crd = yaml.safe_load(f)
+        group, kind = dig(crd, "spec", "group"), dig(crd, "spec", "names", "kind")
+        for v in dig(crd, "spec", "versions", default=[]):
+            schemas[(f"{group}/{v['name']}", kind)] = to_json_schema(dig(v, "schema", "openAPIV3Schema"))
+    return schemas
+
+
+def schema_errors(schemas, obj):
+    """Validation errors of one manifest (a list of strings; one error if no CRD knows its kind)."""
+    import jsonschema
+    schema = schemas.get((obj.get("apiVersion"), obj.get("kind")))
+    if schema is None:
+        return [f"no CRD schema for {obj.get('apiVersion')} {obj.get('kind')}"]
+    v = jsonschema.Draft7Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in v.iter_errors(obj)]
+
+
+def mutated(obj, path, value=None, delete=False):
+    """A deep copy of obj with the field at path set to value (or deleted)."""
+    import copy
+    o = copy.deepcopy(obj)
+    cur = o
+    for p in path[:-1]:
+        cur = cur[p]
+    if delete:
+        del cur[path[-1]]
+    else:
+        cur[path[-1]] = value
+    return o
+
+
+def check_inference_schemas():
+    schemas = load_crd_schemas()
+    custom = [d for (kind, _), d in k8s.items() if str(d.get("apiVersion", "")).startswith("inference.networking.")]
+    check(any(d["kind"] == "InferencePool" for d in custom), "deploy/k8s has no InferencePool")
+    for d in custom:
+        errs = schema_errors(schemas, d)
+        check(not errs, f"{d['kind']} {dig(d, 'metadata', 'name')} does not validate against its CRD: {errs}")
+    print(f"CRD schemas: {len(schemas)} (InferencePool, InferenceObjective); {len(custom)} custom resources valid")
+    pool = k8s.get(("InferencePool", "attnd"))
+    obj = next((d for d in custom if d["kind"] == "InferenceObjective"), None)
+    if not pool or not obj or not schemas:
+        return
+    # the validation can fail: each of these broken copies must be refused
+    broken = [("unknown field spec.targetPort (a typo of targetPorts)", mutated(pool, ["spec", "targetPort"], [{"number": 8080}])),
+              ("port number 70000 > 65535", mutated(pool, ["spec", "targetPorts", 0, "number"], 70000)),
+              ("no selector (required)", mutated(pool, ["spec", "selector"], delete=True)),
+              ("failureMode not in the enum", mutated(pool, ["spec", "endpointPickerRef", "failureMode"], "FailSometimes")),
+              ("9 target ports (maxItems 8)", mutated(pool, ["spec", "targetPorts"], [{"number": 8000 + i} for i in range(9)])),
+              ("a label value with a space", mutated(pool, ["spec", "selector", "matchLabels", "app.kubernetes.io/name"], "at tnd")),
+              ("appProtocol grpc (not in the enum)", mutated(pool, ["spec", "appProtocol"], "grpc")),
+              ("InferenceObjective priority as a string", mutated(obj, ["spec", "priority"], "high")),
+              ("InferenceObjective without poolRef", mutated(obj, ["spec", "poolRef"], delete=True))]
+    refused = 0
+    for what, bad in broken:
+        errs = schema_errors(schemas, bad)
+        refused += bool(errs)
+        check(errs, f"the CRD schema accepted a broken manifest: {what}")
+    print(f"CRD schemas refuse {refused} of {len(broken)} broken manifests, e.g. "
+          f"{schema_errors(schemas, broken[0][1])[:1]}")
+
+
+def check_inference_wiring():
+    """The pool selects attnd's pods on their port, the EPP serves the pool on the port the pool
+    names, and its configuration names metrics attnd exports."""
+    pool, epp, epp_svc = k8s.get(("InferencePool", "attnd")), k8s.get(("Deployment", "attnd-epp")), \
+        k8s.get(("Service", "attnd-epp"))
+    cm = k8s.get(("ConfigMap", "attnd-epp"))
+    for kind, o in (("InferencePool attnd", pool), ("Deployment attnd-epp", epp), ("Service attnd-epp", epp_svc),
+                    ("ConfigMap attnd-epp", cm)):
+        check(o is not None, f"deploy/k8s has no {kind}")
+    if not (pool and epp and epp_svc and cm and dep):
+        return
+    pod_labels = dig(dep, "spec", "template", "metadata", "labels", default={})
+    check(dig(pool, "spec", "selector", "matchLabels", default={}).items() <= pod_labels.items(),
+          "InferencePool: the selector does not select attnd's pods")
+    cont = dig(dep, "spec", "template", "spec", "containers", 0, default={})
+    check([p.get("number") for p in dig(pool, "spec", "targetPorts", default=[])] ==
+          [p.get("containerPort") for p in cont.get("ports", [])], "InferencePool: targetPorts != attnd's containerPort")
+    ref = dig(pool, "spec", "endpointPickerRef", default={})
+    check(ref.get("name") == dig(epp_svc, "metadata", "name") and
+          any(p.get("port") == dig(ref, "port", "number") for p in dig(epp_svc, "spec", "ports", default=[])),
+          f"InferencePool: endpointPickerRef {ref} is not the EPP Service's port")
+    eppc = dig(epp, "spec", "template", "spec", "containers", 0, default={})
+    args = [str(a) for a in eppc.get("args", [])]
+    check("--pool-name" in args and args[args.index("--pool-name") + 1] == dig(pool, "metadata", "name"),
+          f"EPP: --pool-name is not the pool, args {args}")
+    cfg_file = args[args.index("--config-file") + 1] if "--config-file" in args else ""
+    mount = next((m for m in eppc.get("volumeMounts", []) if cfg_file.startswith(m.get("mountPath", "?") + "/")), None)
+    vol = next((v for v in dig(epp, "spec", "template", "spec", "volumes", default=[])
+                if mount and v.get("name") == mount.get("name")), {})
+    check(dig(vol, "configMap", "name") == "attnd-epp" and os.path.basename(cfg_file) in cm.get("data", {}),
+          f"EPP: --config-file {cfg_file} is not the ConfigMap's key")
+    sel = dig(epp_svc, "spec", "selector", default={})
+    check(sel and sel.items() <= dig(epp, "spec", "template", "metadata", "labels", default={}).items(),
+          "Service attnd-epp does not select the EPP's pods")
+    check(dig(epp, "spec", "template", "spec", "serviceAccountName") in {n for k, n in k8s if k == "ServiceAccount"},
+          "EPP: its ServiceAccount is not in deploy/k8s")
+    check_epp_config(yaml.safe_load(cm["data"].get(os.path.basename(cfg_file), "")) or {})
+
+
+def check_epp_config(conf):
+    """The EndpointPickerConfig scrapes /metrics and maps the protocol's metrics to names that
+    server/api/metrics.c renders (as gauges)."""
+    check(conf.get("kind") == "EndpointPickerConfig", f"EPP config kind {conf.get('kind')}")
+    plugins = {p.get("type"): p for p in conf.get("plugins", [])}
+    check(dig(plugins, "metrics-data-source", "parameters", "path") == "/metrics", "EPP: metrics-data-source path")
+    ext = dig(plugins, "core-metrics-extractor", "parameters", default={})
+    engines = {e.get("name"): e for e in ext.get("engineConfigs", [])}
+    eng = engines.get(ext.get("defaultEngine"))
+    if not check(eng, f"EPP: no engine config for the default engine {ext.get('defaultEngine')}"):
+        return
+    with open(os.path.join(ROOT, "server", "api", "metrics.c")) as f:
+        src = f.read()
+    for key in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec", "cacheInfoSpec"):
+        name = eng.get(key, "")
+        check(re.fullmatch(r"attnd_[a-z_]+", name) and f'"{name}", "gauge"' in src,
+              f"EPP: {key} {name!r} is not a gauge attnd renders (server/api/metrics.c)")
+    for prof in conf.get("schedulingProfiles", []):
+        for ref in prof.get("plugins", []):
+            check(ref.get("pluginRef") in plugins, f"EPP: profile {prof.get('name')} names an unknown plugin {ref}")
+
+
+check_inference_schemas()
+check_inference_wiring()
 
 # ---- docker compose ----
 compose = (docs.get(os.path.join("deploy", "docker-compose.yml")) or [None])[0]
