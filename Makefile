@@ -38,9 +38,10 @@ $(BUILD)/obj/kernels/cpu/quants_avx512.o: AVX512_FLAGS += -mavx512vnni
 # kernels_amx.c: the AMX tile unit (cpu_kernels.c calls it only where the CPU and the kernel allow it)
 AMX_FLAGS := $(AVX512_FLAGS) -mavx512vnni -mavx512bf16 -mamx-tile -mamx-int8 -mamx-bf16
 
-# server/cmd/ holds the subcommands (they print to stdout); everything else is the library.
-LIB_SRC := $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) $(wildcard kernels/cpu/*.c) \
-           $(wildcard kernels/vulkan/*.c)
+# server/cmd/ holds the subcommands (they print to stdout); everything else is the library: core/ (the
+# bottom layer: status, log, check, utf8, the tensor type table), the kernels and the server's modules.
+LIB_SRC := $(wildcard core/*.c) $(filter-out server/main.c server/cmd/%,$(wildcard server/*.c server/*/*.c)) \
+           $(wildcard kernels/cpu/*.c) $(wildcard kernels/vulkan/*.c)
 BIN_SRC := server/main.c $(wildcard server/cmd/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)

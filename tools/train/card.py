@@ -23,31 +23,23 @@ def census_table(c):
     return "\n".join(rows)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="models")
-    ap.add_argument("--census", default=None)
-    ap.add_argument("--notes", default=None, help="a Markdown file appended to the card")
-    a = ap.parse_args()
-    d = json.load(open(os.path.join(a.out, "kjv-train-log.json")))
-    info, log = d["info"], d["log"]
-    cfg, args = info["config"], info["args"]
-    ev = [e for e in log if e["kind"] == "eval"]
-    last = ev[-1]
-    first_ind = next((e for e in ev if e["ind_max"] >= 0.3), None)
-    size = os.path.getsize(os.path.join(a.out, "kjv.gguf"))
-    s = []
-    s.append("# kjv.gguf: the default model\n")
-    s.append("A small llama-architecture model trained from scratch by this project (`make model`, recipe in "
-             "`tools/train/`) so that `make run` serves a model that writes English and whose attention heads "
-             "do recognisable things. It is a toy: %.1f M parameters, trained for %.0f minutes on %d CPU thread(s)."
-             % (info["params"] / 1e6, info["train_seconds"] / 60, args["threads"]))
-    s.append("\n## Corpus and licence\n")
-    s.append("The King James Version of the Bible as Debian's `bible-kjv-text` ships it (`bible -f "
-             "Gen1:1-Rev22:21`: 31,102 verses, 4.4 MB). The KJV text is in the public domain (outside the UK, "
-             "where the Crown's letters patent apply). Each chapter is one document, its verses joined by spaces "
-             "without verse numbers. Every 50th chapter (from the 26th: %s) is held out: neither the "
-             "tokenizer nor the model saw it." % ", ".join(info["held_out_chapters"]))
+def intro(info, args):
+    """The card's title, what the model is, and its corpus."""
+    return ["# kjv.gguf: the default model\n",
+            "A small llama-architecture model trained from scratch by this project (`make model`, recipe in "
+            "`tools/train/`) so that `make run` serves a model that writes English and whose attention heads "
+            "do recognisable things. It is a toy: %.1f M parameters, trained for %.0f minutes on %d CPU thread(s)."
+            % (info["params"] / 1e6, info["train_seconds"] / 60, args["threads"]),
+            "\n## Corpus and licence\n",
+            "The King James Version of the Bible as Debian's `bible-kjv-text` ships it (`bible -f "
+            "Gen1:1-Rev22:21`: 31,102 verses, 4.4 MB). The KJV text is in the public domain (outside the UK, "
+            "where the Crown's letters patent apply). Each chapter is one document, its verses joined by spaces "
+            "without verse numbers. Every 50th chapter (from the 26th: %s) is held out: neither the "
+            "tokenizer nor the model saw it." % ", ".join(info["held_out_chapters"])]
+
+
+def synthetic(info, log, cfg, args):
+    """The paragraph on the synthetic copying data mixed into training."""
     n_copy = int(args.get("copy_frac", 0) * info.get("phase1", info)["steps"])
     syn = []
     if n_copy and args.get("copy_share"):
@@ -74,29 +66,36 @@ def main():
                    "is in use (the copying circuit forms within a few hundred steps on a small alphabet and "
                    "carries over as it widens; on the whole vocabulary from the start it did not form in any "
                    "run, see below)" % (args["copy_vocab"], args["widen_at"], args["widen_every"]))
-    s.append("\n**Synthetic data mixed in** (to make the copying circuit form within the budget): "
-             + "; ".join(syn) + ".")
-    s.append("\n## Vocabulary\n")
-    s.append("SentencePiece BPE, %d pieces (3 control, 256 byte-fallback pieces `<0x00>`..`<0xFF>`, the rest "
-             "learned), identity normalisation, digits split; stored as the GGUF `llama` SPM vocabulary "
-             "(scores, token types, BOS 1, EOS 2, UNK 0). attnd's tokenization of held-out chapters equals "
-             "SentencePiece's own (tests/golden/kjv-tok.*). %.2f bytes per token on the held-out text."
-             % (cfg["vocab"], info["bytes_per_token"]))
-    s.append("\n## Shape\n")
-    s.append("| | |\n|---|---|\n| architecture | llama: RMSNorm, RoPE (adjacent pairs, base %g), SwiGLU, tied "
-             "embeddings |\n| layers | %d |\n| width | %d |\n| query heads / KV heads | %d / %d (head size %d) |\n"
-             "| feed-forward | %d |\n| context | %d |\n| parameters | %d |\n| file | F16 matrices, F32 norms, "
-             "%.1f MB |" % (cfg["rope_base"], cfg["n_layer"], cfg["dim"], cfg["n_head"], cfg["n_head_kv"],
-                            cfg["dim"] // cfg["n_head"], cfg["ffn"], cfg["ctx"], info["params"], size / 1e6))
-    s.append("\n## Training\n")
-    s.append("AdamW (β = 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate %g after %d warm-up "
-             "steps, cosine decay to a tenth, gradient clipping at 1, batch %d x %d tokens, seed %d, %d torch "
-             "thread(s) and as many OpenBLAS threads. %d steps, %.2f M tokens seen (%.1f passes over the %.2f M "
-             "training tokens, synthetic ones included), %.1f minutes of training loop, %.0f tokens/s. Reproduce "
-             "with `make model TRAIN_ARGS='--steps %d'` (deterministic for a seed, step count and thread count)."
-             % (args["lr"], args["warmup"], args["batch"], cfg["ctx"], args["seed"], args["threads"], info["steps"],
-                info["tokens_seen"] / 1e6, info["tokens_seen"] / info["train_tokens"], info["train_tokens"] / 1e6,
-                info["train_seconds"] / 60, info["tokens_per_second"], info.get("phase1", info)["steps"]))
+    return "\n**Synthetic data mixed in** (to make the copying circuit form within the budget): " + "; ".join(syn) + "."
+
+
+def vocab_and_shape(info, cfg, size):
+    """The vocabulary and the model's shape (size: the file's bytes)."""
+    return ["\n## Vocabulary\n",
+            "SentencePiece BPE, %d pieces (3 control, 256 byte-fallback pieces `<0x00>`..`<0xFF>`, the rest "
+            "learned), identity normalisation, digits split; stored as the GGUF `llama` SPM vocabulary "
+            "(scores, token types, BOS 1, EOS 2, UNK 0). attnd's tokenization of held-out chapters equals "
+            "SentencePiece's own (tests/golden/kjv-tok.*). %.2f bytes per token on the held-out text."
+            % (cfg["vocab"], info["bytes_per_token"]),
+            "\n## Shape\n",
+            "| | |\n|---|---|\n| architecture | llama: RMSNorm, RoPE (adjacent pairs, base %g), SwiGLU, tied "
+            "embeddings |\n| layers | %d |\n| width | %d |\n| query heads / KV heads | %d / %d (head size %d) |\n"
+            "| feed-forward | %d |\n| context | %d |\n| parameters | %d |\n| file | F16 matrices, F32 norms, "
+            "%.1f MB |" % (cfg["rope_base"], cfg["n_layer"], cfg["dim"], cfg["n_head"], cfg["n_head_kv"],
+                           cfg["dim"] // cfg["n_head"], cfg["ffn"], cfg["ctx"], info["params"], size / 1e6)]
+
+
+def training(info, cfg, args):
+    """The optimiser, the budget and, for a two-phase run, the copying phase."""
+    s = ["\n## Training\n",
+         "AdamW (β = 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate %g after %d warm-up "
+         "steps, cosine decay to a tenth, gradient clipping at 1, batch %d x %d tokens, seed %d, %d torch "
+         "thread(s) and as many OpenBLAS threads. %d steps, %.2f M tokens seen (%.1f passes over the %.2f M "
+         "training tokens, synthetic ones included), %.1f minutes of training loop, %.0f tokens/s. Reproduce "
+         "with `make model TRAIN_ARGS='--steps %d'` (deterministic for a seed, step count and thread count)."
+         % (args["lr"], args["warmup"], args["batch"], cfg["ctx"], args["seed"], args["threads"], info["steps"],
+            info["tokens_seen"] / 1e6, info["tokens_seen"] / info["train_tokens"], info["train_tokens"] / 1e6,
+            info["train_seconds"] / 60, info["tokens_per_second"], info.get("phase1", info)["steps"])]
     if "phase2" in info:
         p1, p2 = info["phase1"], info["phase2"]
         a2 = p2["args"]
@@ -107,30 +106,66 @@ def main():
                     cfg["ctx"], a2["lr"], a2["warmup"], 100 * a2["syn_start"], p2["tokens_seen"] / 1e6,
                     p2["train_seconds"] / 60, ", stopped once an eval found induction >= %g and previous-token >= "
                     "0.5" % a2["stop_induction"] if a2.get("stop_induction") else ""))
-    s.append("\n![loss curve and head scores](kjv-loss.png)\n")
-    s.append("## Results\n")
-    s.append("| | |\n|---|---|\n| held-out loss | %.3f nats/token |\n| held-out bits per byte | %.3f |\n"
-             "| loss on a repeated held-out span, first / second copy | %.2f / %.2f nats |\n"
-             "| best previous-token score (training probe) | %.2f |\n| best induction score (training probe) | %.2f |\n"
-             "| induction score first >= 0.3 | %s |"
-             % (info["held_out_loss"], info["bits_per_byte"], last["rep_first"], last["rep_second"], last["prev_max"],
-                last["ind_max"], "step %d (%.2f M tokens)" % (first_ind["step"], first_ind["tokens"] / 1e6)
-                if first_ind else "never"))
-    s.append("\nBits per byte: the summed held-out loss in bits over the UTF-8 bytes of the held-out chapters "
-             "(%d tokens, %d bytes), computed on the F16-rounded weights the file holds." %
-             (info["held_out_tokens"], info["held_out_bytes"]))
-    if a.census:
-        c = json.load(open(a.census))
-        s.append("\n### Head census (`attnd heads -m models/kjv.gguf`)\n")
-        s.append(census_table(c))
-        bi, bp = c["best"]["induction"], c["best"]["previous_token"]
-        s.append("\nStrongest previous-token head L%d H%d (%.3f), strongest induction head L%d H%d (%.3f)."
-                 % (bp["layer"], bp["head"], bp["score"], bi["layer"], bi["head"], bi["score"]))
-    s.append("\n## Samples\n")
-    s.append("48 tokens each, from PyTorch; greedy, then sampled at temperature 0.8 (seed %d).\n" % args["seed"])
+    return s
+
+
+def results(info, log):
+    """The loss curve, the held-out results table and what bits per byte means."""
+    ev = [e for e in log if e["kind"] == "eval"]
+    last = ev[-1]
+    first_ind = next((e for e in ev if e["ind_max"] >= 0.3), None)
+    return ["\n![loss curve and head scores](kjv-loss.png)\n",
+            "## Results\n",
+            "| | |\n|---|---|\n| held-out loss | %.3f nats/token |\n| held-out bits per byte | %.3f |\n"
+            "| loss on a repeated held-out span, first / second copy | %.2f / %.2f nats |\n"
+            "| best previous-token score (training probe) | %.2f |\n| best induction score (training probe) | %.2f |\n"
+            "| induction score first >= 0.3 | %s |"
+            % (info["held_out_loss"], info["bits_per_byte"], last["rep_first"], last["rep_second"], last["prev_max"],
+               last["ind_max"], "step %d (%.2f M tokens)" % (first_ind["step"], first_ind["tokens"] / 1e6)
+               if first_ind else "never"),
+            "\nBits per byte: the summed held-out loss in bits over the UTF-8 bytes of the held-out chapters "
+            "(%d tokens, %d bytes), computed on the F16-rounded weights the file holds." %
+            (info["held_out_tokens"], info["held_out_bytes"])]
+
+
+def census_section(path):
+    """The head census of `attnd heads --json` (the file at path)."""
+    c = json.load(open(path))
+    bi, bp = c["best"]["induction"], c["best"]["previous_token"]
+    return ["\n### Head census (`attnd heads -m models/kjv.gguf`)\n",
+            census_table(c),
+            "\nStrongest previous-token head L%d H%d (%.3f), strongest induction head L%d H%d (%.3f)."
+            % (bp["layer"], bp["head"], bp["score"], bi["layer"], bi["head"], bi["score"])]
+
+
+def samples(info, args):
+    """The greedy and sampled continuations train.py logged."""
+    s = ["\n## Samples\n",
+         "48 tokens each, from PyTorch; greedy, then sampled at temperature 0.8 (seed %d).\n" % args["seed"]]
     for smp in info["samples"]:
         s.append("**%s**\n\n- greedy: %s\n- sampled: %s\n" % (smp["prompt"], smp["greedy"].strip().replace("\n", " "),
-                                                          smp["sampled_t0.8"].strip().replace("\n", " ")))
+                                                            smp["sampled_t0.8"].strip().replace("\n", " ")))
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="models")
+    ap.add_argument("--census", default=None)
+    ap.add_argument("--notes", default=None, help="a Markdown file appended to the card")
+    a = ap.parse_args()
+    d = json.load(open(os.path.join(a.out, "kjv-train-log.json")))
+    info, log = d["info"], d["log"]
+    cfg, args = info["config"], info["args"]
+    size = os.path.getsize(os.path.join(a.out, "kjv.gguf"))
+    s = intro(info, args)
+    s.append(synthetic(info, log, cfg, args))
+    s += vocab_and_shape(info, cfg, size)
+    s += training(info, cfg, args)
+    s += results(info, log)
+    if a.census:
+        s += census_section(a.census)
+    s += samples(info, args)
     if a.notes:
         s.append(open(a.notes).read())
     open(os.path.join(a.out, "README.md"), "w").write("\n".join(s) + "\n")
