@@ -15,6 +15,7 @@
 
 #include "attnd/sampler.h"
 #include "attnd/status.h"
+#include "attnd/stopstr.h"
 
 struct tokenizer;
 struct gen; /* opaque */

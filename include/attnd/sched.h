@@ -18,6 +18,7 @@
 #include "attnd/forward.h"
 #include "attnd/sampler.h"
 #include "attnd/status.h"
+#include "attnd/stopstr.h"
 #include "attnd/tensor.h"
 
 struct model;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/stopstr.h"
 #include "attnd/tokenizer.h"
 
 struct gen {

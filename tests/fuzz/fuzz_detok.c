@@ -3,7 +3,7 @@
  * Input: byte 0 picks the vocabulary (llama-spm: <0xNN> byte tokens, gpt-2: byte-level BPE,
  * qwen2) and bits 2..3 the number of stop strings (0..3); then up to 3 stop strings, each a
  * length byte (1..16) and that many bytes; the rest is token ids, 3 bytes each (little-endian,
- * reduced modulo the vocabulary). Contracts (tokenizer.h, sampler.h):
+ * reduced modulo the vocabulary). Contracts (tokenizer.h, stopstr.h):
  *  - every piece the stream hands out is valid UTF-8 whenever the whole decoded text is (pieces
  *    never split a character), and so is the shown text when the stop strings are too;
  *  - without stop strings, the concatenated pieces + flush equal tok_decode() of the ids;
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "attnd/gguf.h"
-#include "attnd/sampler.h"
+#include "attnd/stopstr.h"
 #include "attnd/tokenizer.h"
 #include "attnd/utf8.h"
 #include "fuzz_common.h"
