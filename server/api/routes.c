@@ -24,6 +24,7 @@ const struct api_route api_routes[] = {
     {"/heads",               NULL,        "GET, HEAD", ROUTE_ENGINE,               api_heads},
     {"/health",              NULL,        "GET, HEAD", ROUTE_OPEN,                 api_health},
     {"/v1/models",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_models},
+    {"/v1/models/{id}",      api_models_match, "GET, HEAD", ROUTE_ENGINE | ROUTE_OPENAI, api_model},
     {"/metrics",             NULL,        "GET, HEAD", 0,                          api_metrics},
     /* the playground's static files hold no secrets (the page asks for the key): last, so no
      * file name shadows a route */

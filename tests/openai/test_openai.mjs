@@ -72,6 +72,14 @@ try {
   for await (const m of client.models.list()) models.push(m);
   check(models.length === 1 && models[0].object === "model" && typeof models[0].id === "string", "models.list", models);
   const model = models[0].id;
+  const one = await client.models.retrieve(model);
+  check(one.id === model && one.object === "model", "models.retrieve", one);
+  try {
+    await client.models.retrieve("no-such-model");
+    check(false, "models.retrieve of another id: no error", null);
+  } catch (e) {
+    check(e instanceof OpenAI.NotFoundError && e.status === 404, "models.retrieve of another id: NotFoundError", String(e));
+  }
 
   // ---- plain chat, greedy, against /v1/generate on the hand-rendered ChatML prompt ---------
   const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello there" }];
