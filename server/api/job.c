@@ -97,8 +97,8 @@ static void on_token(struct api_job *j, struct job_choice *c, const struct sched
         t->n_top = ev->n_top < SCHED_MAX_LOGPROBS ? ev->n_top : SCHED_MAX_LOGPROBS;
         for (int k = 0; k < t->n_top; k++) t->top_ids[k] = ev->top_ids[k], t->top_lps[k] = ev->top_logprobs[k];
     }
-    if (!j->stream) api_buf_put(&c->text, ev->text, ev->text_len);
-    else if (!j->closed) j->render->stream_token(j, c, ev, i);
+    api_buf_put(&c->text, ev->text, ev->text_len); /* streams too: a renderer may repeat the whole text at the end */
+    if (j->stream && !j->closed) j->render->stream_token(j, c, ev, i);
 }
 
 static void fail(struct api_job *j, const struct sched_event *ev)
@@ -128,11 +128,8 @@ static void on_last(struct api_job *j, struct job_choice *c, const struct sched_
     c->queue_ms = ev->queue_ms;
     c->prompt_ms = ev->prompt_ms;
     c->generation_ms = ev->generation_ms;
-    if (!j->stream) {
-        api_buf_put(&c->text, ev->final_text, ev->final_text_len);
-        return;
-    }
-    if (j->closed) return;
+    api_buf_put(&c->text, ev->final_text, ev->final_text_len);
+    if (!j->stream || j->closed) return;
     j->render->stream_choice_end(j, c, ev);
     if (j->n_done == j->n_choices) {
         j->render->stream_close(j);
@@ -182,7 +179,7 @@ static void on_event(void *ud, const struct sched_event *ev)
     } else {
         on_last(j, c, ev);
     }
-    if (j->sse.out.oom) j->oom = true;
+    if (j->sse.out.oom || c->text.oom) j->oom = true;
     if (last || j->stream) pthread_cond_broadcast(&j->cv); /* a whole answer waits for the ends only */
     pthread_mutex_unlock(&j->mu);
     if (last) job_unref(j); /* the scheduler never touches this choice again */

@@ -199,4 +199,10 @@ static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSO
     return parse_messages(seen.msgs, e, c->srv, p, err, errlen);
 }
 
-enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, OAI_CHAT, parse_chat); }
+int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const cJSON *msgs, struct job_params *p, char *err,
+                    size_t errlen)
+{
+    return parse_messages(msgs, e, c->srv, p, err, errlen);
+}
+
+enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, &oai_chat_render, parse_chat); }

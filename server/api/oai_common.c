@@ -98,7 +98,7 @@ const struct api_field oai_common_fields[] = {
     FIELD_END,
 };
 
-enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse)
+enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, oai_parse_fn parse)
 {
     enum MHD_Result ret;
     cJSON *root = oai_parse_body(c, &ret);
@@ -120,7 +120,7 @@ enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn p
         cJSON_Delete(root);
         return oai_error(c, code, param ? pbuf : NULL, NULL, "%s", err);
     }
-    ret = job_run(c, &e, &p, kind == OAI_CHAT ? &oai_chat_render : &oai_text_render); /* releases the engine */
+    ret = job_run(c, &e, &p, render); /* releases the engine */
     cJSON_Delete(root); /* it held the stop strings until then */
     return ret;
 }

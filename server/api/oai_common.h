@@ -1,5 +1,5 @@
 /* oai_common.h - what the OpenAI-compatible routes (oai_chat.c: POST /v1/chat/completions,
- * oai_completions.c: POST /v1/completions) share: the API's error shape, reading the JSON body,
+ * oai_completions.c: POST /v1/completions, oai_responses.c: POST /v1/responses) share: the API's error shape, reading the JSON body,
  * the fields both read, and the two answer shapes (chat and legacy text) in which the completion
  * job (job.h) answers them, whole or streamed.
  *
@@ -25,8 +25,6 @@ struct cJSON;
 
 #define OAI_MAX_CHOICES JOB_MAX_CHOICES /* choices per request: n x prompts */
 
-enum oai_kind { OAI_CHAT = 0, OAI_TEXT = 1 };
-
 /* The two answer shapes, for job_run(). */
 extern const struct job_render oai_chat_render, oai_text_render;
 
@@ -48,9 +46,9 @@ void oai_params_init(struct job_params *p);
 typedef int (*oai_parse_fn)(struct api_conn *c, const struct api_engine *e, const struct cJSON *root,
                             struct job_params *p, const char **param, char *err, size_t errlen);
 
-/* A whole route: reads the body, holds the engine, parses with parse, then job_run() in the
- * kind's shape. */
-enum MHD_Result oai_route(struct api_conn *c, enum oai_kind kind, oai_parse_fn parse);
+/* A whole route: reads the body, holds the engine, parses with parse, then job_run() in
+ * render's shape. */
+enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, oai_parse_fn parse);
 
 /* The rows both routes read the same way: stream, stream_options, logit_bias (only {}), model
  * and user (ignored). */

@@ -93,4 +93,4 @@ static int parse_text(struct api_conn *c, const struct api_engine *e, const cJSO
     return parse_prompts(seen.prompt, e, p, err, errlen);
 }
 
-enum MHD_Result oai_completions(struct api_conn *c) { return oai_route(c, OAI_TEXT, parse_text); }
+enum MHD_Result oai_completions(struct api_conn *c) { return oai_route(c, &oai_text_render, parse_text); }

@@ -12,6 +12,7 @@
 #include "server/api/models.h"
 #include "server/api/oai_chat.h"
 #include "server/api/oai_completions.h"
+#include "server/api/oai_responses.h"
 #include "server/api/web.h"
 
 const struct api_route api_routes[] = {
@@ -19,6 +20,7 @@ const struct api_route api_routes[] = {
     {"/v1/generate",         NULL,        "POST",      ROUTE_ENGINE,               api_generate},
     {"/v1/chat/completions", NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_chat},
     {"/v1/completions",      NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_completions},
+    {"/v1/responses",        NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_responses},
     {"/attention",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_attention},
     {"/logit_lens",          NULL,        "GET, HEAD", ROUTE_ENGINE,               api_logit_lens},
     {"/heads",               NULL,        "GET, HEAD", ROUTE_ENGINE,               api_heads},

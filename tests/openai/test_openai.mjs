@@ -86,7 +86,7 @@ try {
   const rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
   const ids = tokenize(rendered);
   const chat = await client.chat.completions.create({ model, messages, max_tokens: 12, ...greedy });
-  check(chat.object === "chat.completion" && /^chatcmpl-\d+$/.test(chat.id), "chat object and id", chat.id);
+  check(chat.object === "chat.completion" && /^chatcmpl-[0-9a-f]{32}$/.test(chat.id), "chat object and id", chat.id);
   check(chat.choices.length === 1 && chat.choices[0].message.role === "assistant", "one assistant choice");
   check(chat.choices[0].finish_reason === "length" && chat.usage.completion_tokens === 12, "length, 12 tokens", chat.usage);
   check(chat.usage.prompt_tokens === ids.length, "prompt tokens = hand-rendered prompt", [chat.usage, ids.length]);
@@ -118,6 +118,35 @@ try {
   const last = chunks[chunks.length - 1];
   check(last.choices.length === 0 && last.usage && last.usage.completion_tokens === 12 &&
     last.usage.prompt_tokens === ids.length, "usage chunk last", last);
+
+  // ---- the Responses API: the same chat as input + instructions, whole and streamed ----------
+  const resp = await client.responses.create({ model, instructions: "Be brief.", input: "Hello there",
+    max_output_tokens: 12, temperature: 0 });
+  check(resp.object === "response" && resp.status === "incomplete" && resp.incomplete_details?.reason === "max_output_tokens",
+    "responses.create: an incomplete response (12 tokens)", [resp.status, resp.incomplete_details]);
+  check(resp.output_text === gen.text, "responses output_text == /v1/generate", [resp.output_text, gen.text]);
+  check(resp.usage.input_tokens === ids.length && resp.usage.output_tokens === 12, "responses usage", resp.usage);
+  const asItems = await client.responses.create({ model, max_output_tokens: 12, temperature: 0,
+    input: [{ role: "developer", content: "Be brief." }, { role: "user", content: [{ type: "input_text", text: "Hello there" }] }] });
+  check(asItems.output_text === gen.text, "responses: input as message items == the same chat", asItems.output_text);
+  const rstream = await client.responses.create({ model, instructions: "Be brief.", input: "Hello there",
+    max_output_tokens: 12, temperature: 0, stream: true });
+  const events = [];
+  for await (const ev of rstream) events.push(ev);
+  const types = events.map((e) => e.type);
+  check(types[0] === "response.created" && types[types.length - 1] === "response.incomplete" &&
+    types.includes("response.output_item.added") && types.includes("response.output_text.done"), "responses stream events", types);
+  check(events.every((e, i) => e.sequence_number === i), "events numbered in order", events.map((e) => e.sequence_number));
+  const deltas = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+  check(deltas === gen.text && events.find((e) => e.type === "response.output_text.done").text === gen.text,
+    "streamed deltas == whole text", [deltas, gen.text]);
+  try {
+    await client.responses.create({ model, input: "hi", previous_response_id: "resp-1" });
+    check(false, "previous_response_id: no error", null);
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.status === 400 && /previous_response_id/.test(e.message),
+      "previous_response_id refused, naming it", String(e));
+  }
 
   // ---- n = 2, sampled with a seed: choice i == /v1/generate with seed + i -------------------
   const sampled = { temperature: 0.9, seed: 7 };
@@ -168,7 +197,7 @@ try {
   const prompt = "Once upon a time";
   const cmpl = await client.completions.create({ model, prompt, max_tokens: 6, ...greedy, logprobs: 2 });
   const gref = await native("/v1/generate", { prompt, max_tokens: 6, ...greedy, logprobs: 2 });
-  check(cmpl.object === "text_completion" && /^cmpl-\d+$/.test(cmpl.id), "text_completion object", cmpl.object);
+  check(cmpl.object === "text_completion" && /^cmpl-[0-9a-f]{32}$/.test(cmpl.id), "text_completion object", cmpl.object);
   check(cmpl.choices[0].text === gref.text, "completion text == /v1/generate", [cmpl.choices[0].text, gref.text]);
   const tl = cmpl.choices[0].logprobs;
   check(tl.tokens.length === 6 && tl.token_logprobs.every((v, i) => Math.abs(v - gref.logprobs[i].logprob) < 1e-6),
