@@ -1,9 +1,11 @@
-/* tokenizer.c - loading a tokenizer from GGUF metadata, special-token splitting, encode
- * dispatch, detokenization and the streaming detokenizer. The two algorithms live in
- * tok_spm.c (SentencePiece-style) and tok_bpe.c (byte-level BPE and its pre-tokenizers). */
+/* tokenizer.c - the tokenizer object: loading the vocabulary from GGUF metadata (the model kind,
+ * the token texts, types and scores, their decoded pieces, the text -> id hash, the BPE merges and
+ * the byte tokens), tok_create / tok_destroy, and the accessors. The rest of the module, over
+ * the private struct of tokenizer_internal.h: tok_special.c (special ids, flags, end-of-generation
+ * set, the special-token list), tok_encode.c (special-token splitting and dispatch to
+ * tok_spm.c / tok_bpe.c, the two algorithms) and tok_decode.c (detokenization, streaming). */
 #include "attnd/tokenizer.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,14 +26,12 @@
 
 #define TOK_MAX_VOCAB (1 << 24)      /* far above any real vocabulary */
 #define TOK_MAX_TEXT (1u << 16)      /* bytes in one token's text */
-#define TOK_MAX_INPUT ((size_t)1 << 28) /* bytes of text per tok_encode() call (symbol indices are int) */
 
 /* ============================================================================================
  * small helpers
  * ========================================================================================== */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void tok_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen) return;
     va_list ap;
@@ -94,60 +94,6 @@ static void hash_insert(struct tokenizer *tok, int id)
     tok->hash[i] = (uint32_t)id + 1;
 }
 
-bool tok_ids_push(struct tok_ids *ids, int32_t id)
-{
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int32_t *v = realloc(ids->v, cap * sizeof *v);
-        if (!v) return false;
-        ids->v = v;
-        ids->cap = cap;
-    }
-    ids->v[ids->n++] = id;
-    return true;
-}
-
-static bool bigram_before(const struct tok_bigram *a, const struct tok_bigram *b)
-{
-    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left);
-}
-
-bool tok_heap_push(struct tok_heap *h, struct tok_bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct tok_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-struct tok_bigram tok_heap_pop(struct tok_heap *h)
-{
-    struct tok_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -170,54 +116,6 @@ static bool is_int_type(enum gguf_vtype t)
 /* ============================================================================================
  * loading
  * ========================================================================================== */
-
-/* Optional bool key: *out unchanged if absent. */
-static attnd_status get_opt_bool(const struct gguf *g, const char *key, bool *out, bool *present, char *err,
-                                 size_t errlen)
-{
-    bool v;
-    attnd_status st = gguf_get_bool(g, key, &v);
-    if (present) *present = false;
-    if (st == ATTND_ERR_NOTFOUND) return ATTND_OK;
-    if (st != ATTND_OK) {
-        set_err(err, errlen, "%s is not a bool", key);
-        return ATTND_ERR_FORMAT;
-    }
-    *out = v;
-    if (present) *present = true;
-    return ATTND_OK;
-}
-
-/* Optional special-token id: -1 / 0xFFFFFFFF mean none; others must be in [0, n). */
-static attnd_status get_special_id(const struct gguf *g, const char *key, int n, int *out, char *err, size_t errlen)
-{
-    int64_t v;
-    attnd_status st = gguf_get_int(g, key, &v);
-    if (st == ATTND_ERR_NOTFOUND) return ATTND_OK;
-    if (st != ATTND_OK) {
-        set_err(err, errlen, "%s is not an integer", key);
-        return ATTND_ERR_FORMAT;
-    }
-    if (v == -1 || v == (int64_t)UINT32_MAX) {
-        *out = -1;
-        return ATTND_OK;
-    }
-    if (v < 0 || v >= n) {
-        set_err(err, errlen, "%s = %" PRId64 " is out of range (the vocabulary has %d tokens)", key, v, n);
-        return ATTND_ERR_FORMAT;
-    }
-    *out = (int)v;
-    return ATTND_OK;
-}
-
-static int cmp_special(const void *a, const void *b, void *ctx)
-{
-    const struct tokenizer *tok = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = tok->tok[x].len, ly = tok->tok[y].len;
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
 
 /* Builds the decoded piece of every token into dst (the second half of the arena). */
 static attnd_status build_pieces(struct tokenizer *tok, char *dst, char *err, size_t errlen)
@@ -243,7 +141,7 @@ static attnd_status build_pieces(struct tokenizer *tok, char *dst, char *err, si
                 int h1, h2;
                 if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>' || (h1 = hexval((char)s[3])) < 0 ||
                     (h2 = hexval((char)s[4])) < 0) {
-                    set_err(err, errlen, "token %d has type BYTE but its text is not <0xNN>", id);
+                    tok_set_err(err, errlen, "token %d has type BYTE but its text is not <0xNN>", id);
                     return ATTND_ERR_FORMAT;
                 }
                 dst[0] = (char)(h1 * 16 + h2);
@@ -291,16 +189,16 @@ static attnd_status load_merges(struct tokenizer *tok, const struct gguf *g, cha
 {
     int64_t ki = gguf_find_key(g, KEY_MERGES);
     if (ki < 0) {
-        set_err(err, errlen, "%s is missing (required for a gpt2 tokenizer)", KEY_MERGES);
+        tok_set_err(err, errlen, "%s is missing (required for a gpt2 tokenizer)", KEY_MERGES);
         return ATTND_ERR_FORMAT;
     }
     if (gguf_kv_type(g, ki) != GGUF_ARRAY || gguf_arr_type(g, ki) != GGUF_STRING) {
-        set_err(err, errlen, "%s is not an array of strings", KEY_MERGES);
+        tok_set_err(err, errlen, "%s is not an array of strings", KEY_MERGES);
         return ATTND_ERR_FORMAT;
     }
     uint64_t n = gguf_arr_n(g, ki);
     if (n > (uint64_t)INT32_MAX / 4) {
-        set_err(err, errlen, "%s has %" PRIu64 " entries, too many", KEY_MERGES, n);
+        tok_set_err(err, errlen, "%s has %" PRIu64 " entries, too many", KEY_MERGES, n);
         return ATTND_ERR_FORMAT;
     }
     tok->merge_mask = pow2_at_least((size_t)n * 2 + 1) - 1;
@@ -308,7 +206,7 @@ static attnd_status load_merges(struct tokenizer *tok, const struct gguf *g, cha
     char *buf = malloc(2 * TOK_MAX_TEXT + 2);
     if (!tok->merges || !buf) {
         free(buf);
-        set_err(err, errlen, "out of memory for %" PRIu64 " merges", n);
+        tok_set_err(err, errlen, "out of memory for %" PRIu64 " merges", n);
         return ATTND_ERR_NOMEM;
     }
     size_t ignored = 0;
@@ -317,7 +215,7 @@ static attnd_status load_merges(struct tokenizer *tok, const struct gguf *g, cha
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
         if (!sp) {
             free(buf);
-            set_err(err, errlen, "%s[%" PRIu64 "] = \"%.*s\" is not two tokens separated by a space", KEY_MERGES, r,
+            tok_set_err(err, errlen, "%s[%" PRIu64 "] = \"%.*s\" is not two tokens separated by a space", KEY_MERGES, r,
                     (int)(s.len > 40 ? 40 : s.len), s.ptr ? s.ptr : "");
             return ATTND_ERR_FORMAT;
         }
@@ -348,84 +246,19 @@ static attnd_status load_merges(struct tokenizer *tok, const struct gguf *g, cha
     return ATTND_OK;
 }
 
-/* EOT by text when the metadata names none; EOG = EOS, EOT, EOM and the known end markers.
- * As in the reference, a token picked this way is made CONTROL. */
-static void infer_eog(struct tokenizer *tok)
-{
-    static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                            "<|endoftext|>", "<EOT>", "_<EOT>",
-                                            "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-                                            "<end_of_utterance>"};
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                                            "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-                                            "<|end_of_text|>", "<end_of_utterance>"};
-    if (tok->eot < 0) {
-        for (size_t i = 0; i < sizeof eot_texts / sizeof *eot_texts && tok->eot < 0; i++)
-            tok->eot = tok_lookup(tok, eot_texts[i], strlen(eot_texts[i]));
-        if (tok->eot >= 0 && tok->tok[tok->eot].type != TOK_TYPE_CONTROL) tok->tok[tok->eot].type = TOK_TYPE_CONTROL;
-    }
-    if (tok->eom < 0) tok->eom = tok_lookup(tok, "<|eom_id|>", 10);
-    for (size_t i = 0; i < sizeof eog_texts / sizeof *eog_texts; i++) {
-        int id = tok_lookup(tok, eog_texts[i], strlen(eog_texts[i]));
-        if (id < 0) continue;
-        tok->tok[id].attr |= TOK_A_EOG;
-        if (tok->tok[id].type != TOK_TYPE_CONTROL) tok->tok[id].type = TOK_TYPE_CONTROL;
-    }
-    if (tok->eos >= 0) tok->tok[tok->eos].attr |= TOK_A_EOG;
-    if (tok->eot >= 0) tok->tok[tok->eot].attr |= TOK_A_EOG;
-    if (tok->eom >= 0) tok->tok[tok->eom].attr |= TOK_A_EOG;
-}
-
-/* The reference's per-model attribute rule: Phi-3's special tokens swallow the whitespace after them. */
-static void model_quirks(struct tokenizer *tok, const struct gguf *g)
-{
-    struct gguf_str name;
-    if (gguf_get_str(g, "general.name", &name) != ATTND_OK) return;
-    char low[128];
-    size_t n = name.len < sizeof low - 1 ? (size_t)name.len : sizeof low - 1;
-    for (size_t i = 0; i < n; i++) low[i] = (char)tolower((unsigned char)name.ptr[i]);
-    low[n] = 0;
-    if (!strstr(low, "phi-3") && !strstr(low, "phi3")) return;
-    for (size_t i = 0; i < tok->n_special; i++) tok->tok[tok->special[i]].attr |= TOK_A_RSTRIP;
-    int id = tok_lookup(tok, "</s>", 4);
-    if (id >= 0) tok->tok[id].attr |= TOK_A_RSTRIP;
-    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
-    for (size_t i = 0; i < 3; i++)
-        if ((id = tok_lookup(tok, keep[i], strlen(keep[i]))) >= 0) tok->tok[id].attr &= (uint8_t)~TOK_A_RSTRIP;
-}
-
-static attnd_status build_specials(struct tokenizer *tok)
-{
-    size_t n = 0;
-    for (int id = 0; id < tok->n_vocab; id++) {
-        uint8_t t = tok->tok[id].type;
-        if ((t == TOK_TYPE_CONTROL || t == TOK_TYPE_USER_DEFINED || t == TOK_TYPE_UNKNOWN) && tok->tok[id].len) n++;
-    }
-    tok->special = malloc((n ? n : 1) * sizeof *tok->special);
-    if (!tok->special) return ATTND_ERR_NOMEM;
-    tok->n_special = 0;
-    for (int id = 0; id < tok->n_vocab; id++) {
-        uint8_t t = tok->tok[id].type;
-        if ((t == TOK_TYPE_CONTROL || t == TOK_TYPE_USER_DEFINED || t == TOK_TYPE_UNKNOWN) && tok->tok[id].len)
-            tok->special[tok->n_special++] = id;
-    }
-    qsort_r(tok->special, tok->n_special, sizeof *tok->special, cmp_special, tok);
-    return ATTND_OK;
-}
-
 /* Step 1: the tokenizer model (llama = SPM, gpt2 = BPE). */
 static attnd_status read_kind(const struct gguf *g, enum tok_kind *kind, char *err, size_t errlen)
 {
     struct gguf_str model;
     attnd_status st = gguf_get_str(g, KEY_MODEL, &model);
     if (st != ATTND_OK) {
-        set_err(err, errlen, st == ATTND_ERR_NOTFOUND ? "%s is missing" : "%s is not a string", KEY_MODEL);
+        tok_set_err(err, errlen, st == ATTND_ERR_NOTFOUND ? "%s is missing" : "%s is not a string", KEY_MODEL);
         return ATTND_ERR_FORMAT;
     }
     if (model.len == 5 && !memcmp(model.ptr, "llama", 5)) *kind = TOK_KIND_SPM;
     else if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4)) *kind = TOK_KIND_BPE;
     else {
-        set_err(err, errlen, "unsupported tokenizer model %s = \"%.*s\" (supported: llama, gpt2)", KEY_MODEL,
+        tok_set_err(err, errlen, "unsupported tokenizer model %s = \"%.*s\" (supported: llama, gpt2)", KEY_MODEL,
                 (int)(model.len > 40 ? 40 : model.len), model.ptr);
         return ATTND_ERR_UNSUPPORTED;
     }
@@ -446,11 +279,11 @@ static attnd_status check_parallel_array(const struct gguf *g, int64_t ki, const
     if (ki < 0) return ATTND_OK;
     enum gguf_vtype et = gguf_arr_type(g, ki);
     if (gguf_kv_type(g, ki) != GGUF_ARRAY || (floats ? et != GGUF_F32 && et != GGUF_F64 : !is_int_type(et))) {
-        set_err(err, errlen, floats ? "%s is not an array of floats" : "%s is not an array of integers", key);
+        tok_set_err(err, errlen, floats ? "%s is not an array of floats" : "%s is not an array of integers", key);
         return ATTND_ERR_FORMAT;
     }
     if (gguf_arr_n(g, ki) != n) {
-        set_err(err, errlen, "%s has %" PRIu64 " entries but %s has %" PRIu64, key, gguf_arr_n(g, ki), KEY_TOKENS,
+        tok_set_err(err, errlen, "%s has %" PRIu64 " entries but %s has %" PRIu64, key, gguf_arr_n(g, ki), KEY_TOKENS,
                 n);
         return ATTND_ERR_FORMAT;
     }
@@ -462,16 +295,16 @@ static attnd_status find_arrays(const struct gguf *g, struct vocab_keys *vk, cha
 {
     vk->tok = gguf_find_key(g, KEY_TOKENS);
     if (vk->tok < 0) {
-        set_err(err, errlen, "%s is missing", KEY_TOKENS);
+        tok_set_err(err, errlen, "%s is missing", KEY_TOKENS);
         return ATTND_ERR_FORMAT;
     }
     if (gguf_kv_type(g, vk->tok) != GGUF_ARRAY || gguf_arr_type(g, vk->tok) != GGUF_STRING) {
-        set_err(err, errlen, "%s is not an array of strings", KEY_TOKENS);
+        tok_set_err(err, errlen, "%s is not an array of strings", KEY_TOKENS);
         return ATTND_ERR_FORMAT;
     }
     vk->n = gguf_arr_n(g, vk->tok);
     if (vk->n == 0 || vk->n > TOK_MAX_VOCAB) {
-        set_err(err, errlen, "%s has %" PRIu64 " entries (expected 1..%d)", KEY_TOKENS, vk->n, TOK_MAX_VOCAB);
+        tok_set_err(err, errlen, "%s has %" PRIu64 " entries (expected 1..%d)", KEY_TOKENS, vk->n, TOK_MAX_VOCAB);
         return ATTND_ERR_FORMAT;
     }
     vk->type = gguf_find_key(g, KEY_TYPES);
@@ -489,14 +322,14 @@ static attnd_status fill_entry(struct tokenizer *tok, const struct gguf *g, cons
     if (vk->type >= 0) {
         int64_t t = gguf_arr_int(g, vk->type, i);
         if (t < TOK_TYPE_UNDEFINED || t > TOK_TYPE_BYTE) {
-            set_err(err, errlen, "%s[%" PRIu64 "] = %" PRId64 " is not a token type (0..6)", KEY_TYPES, i, t);
+            tok_set_err(err, errlen, "%s[%" PRIu64 "] = %" PRId64 " is not a token type (0..6)", KEY_TYPES, i, t);
             return ATTND_ERR_FORMAT;
         }
         e->type = (uint8_t)t;
     }
     e->score = vk->score >= 0 ? (float)gguf_arr_float(g, vk->score, i) : 0.0f;
     if (tok->kind == TOK_KIND_BPE && !utf8_valid(e->text, e->len)) {
-        set_err(err, errlen, "%s[%" PRIu64 "] is not valid UTF-8 (byte %zu)", KEY_TOKENS, i,
+        tok_set_err(err, errlen, "%s[%" PRIu64 "] is not valid UTF-8 (byte %zu)", KEY_TOKENS, i,
                 utf8_valid_prefix(e->text, e->len));
         return ATTND_ERR_FORMAT;
     }
@@ -512,7 +345,7 @@ static attnd_status copy_texts(struct tokenizer *tok, const struct gguf *g, cons
     for (uint64_t i = 0; i < vk->n; i++) {
         struct gguf_str s = gguf_arr_str(g, vk->tok, i);
         if (s.len > TOK_MAX_TEXT) {
-            set_err(err, errlen, "%s[%" PRIu64 "] is %" PRIu64 " bytes long (limit %u)", KEY_TOKENS, i, s.len,
+            tok_set_err(err, errlen, "%s[%" PRIu64 "] is %" PRIu64 " bytes long (limit %u)", KEY_TOKENS, i, s.len,
                     TOK_MAX_TEXT);
             return ATTND_ERR_FORMAT;
         }
@@ -552,7 +385,7 @@ static attnd_status init_bpe(struct tokenizer *tok, const struct gguf *g, bool *
     struct gguf_str pre = {NULL, 0};
     attnd_status ps = gguf_get_str(g, KEY_PRE, &pre);
     if (ps != ATTND_OK && ps != ATTND_ERR_NOTFOUND) {
-        set_err(err, errlen, "%s is not a string", KEY_PRE);
+        tok_set_err(err, errlen, "%s is not a string", KEY_PRE);
         return ATTND_ERR_FORMAT;
     }
     bool known = true;
@@ -588,72 +421,16 @@ static void init_spm_bytes(struct tokenizer *tok)
     }
 }
 
-/* Step 6a: the special ids (defaults by kind, overridden by the tokenizer.ggml.*_token_id keys). */
-static attnd_status read_special_ids(struct tokenizer *tok, const struct gguf *g, char *err, size_t errlen)
-{
-    if (tok->kind == TOK_KIND_SPM) {
-        tok->unk = 0;
-        tok->bos = tok->n_vocab > 1 ? 1 : -1;
-        tok->eos = tok->n_vocab > 2 ? 2 : -1;
-    }
-    static const struct {
-        const char *key;
-        size_t off;
-    } ids[] = {
-        {"tokenizer.ggml.bos_token_id", offsetof(struct tokenizer, bos)},
-        {"tokenizer.ggml.eos_token_id", offsetof(struct tokenizer, eos)},
-        {"tokenizer.ggml.eot_token_id", offsetof(struct tokenizer, eot)},
-        {"tokenizer.ggml.eom_token_id", offsetof(struct tokenizer, eom)},
-        {"tokenizer.ggml.unknown_token_id", offsetof(struct tokenizer, unk)},
-        {"tokenizer.ggml.padding_token_id", offsetof(struct tokenizer, pad)},
-        {"tokenizer.ggml.seperator_token_id", offsetof(struct tokenizer, sep)},
-    };
-    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
-        attnd_status st = get_special_id(g, ids[i].key, tok->n_vocab, (int *)((char *)tok + ids[i].off), err, errlen);
-        if (st != ATTND_OK) return st;
-    }
-    return ATTND_OK;
-}
-
-/* Step 6b: the add_bos / add_eos / add_space_prefix flags, checked against the special ids. */
-static attnd_status read_flags(struct tokenizer *tok, const struct gguf *g, bool llama3, char *err, size_t errlen)
-{
-    attnd_status st;
-    tok->add_bos = tok->kind == TOK_KIND_SPM || llama3;
-    tok->add_eos = false;
-    tok->add_space_prefix = tok->kind == TOK_KIND_SPM;
-    bool bos_key = false, eos_key = false;
-    if ((st = get_opt_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, &bos_key, err, errlen)) ||
-        (st = get_opt_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, &eos_key, err, errlen)) ||
-        (st = get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, NULL, err, errlen)))
-        return st;
-    if (tok->kind == TOK_KIND_BPE) tok->add_space_prefix = false;
-    if (tok->add_bos && tok->bos < 0) {
-        if (bos_key) {
-            set_err(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
-            return ATTND_ERR_FORMAT;
-        }
-        tok->add_bos = false;
-    }
-    if (tok->add_eos && tok->eos < 0) {
-        set_err(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
-        return ATTND_ERR_FORMAT;
-    }
-    return ATTND_OK;
-}
-
 /* Step 7: pieces, EOG, specials. */
 static attnd_status finish_tables(struct tokenizer *tok, const struct gguf *g, char *piece_area, char *err,
                                   size_t errlen)
 {
-    infer_eog(tok);
+    tok_special_infer_eog(tok);
     attnd_status st = build_pieces(tok, piece_area, err, errlen);
     if (st != ATTND_OK) return st;
     for (int id = 0; id < tok->n_vocab; id++)
         if (tok->tok[id].plen > tok->max_piece) tok->max_piece = tok->tok[id].plen;
-    if ((st = build_specials(tok)) != ATTND_OK) return st;
-    model_quirks(tok, g);
-    return ATTND_OK;
+    return tok_special_list(tok, g);
 }
 
 /* Allocates an empty tokenizer of kind for n tokens, or NULL. */
@@ -679,7 +456,7 @@ attnd_status tok_create(const struct gguf *g, struct tokenizer **out, char *err,
     if (!out) return ATTND_ERR_INVALID;
     *out = NULL;
     if (!g) {
-        set_err(err, errlen, "no GGUF handle");
+        tok_set_err(err, errlen, "no GGUF handle");
         return ATTND_ERR_INVALID;
     }
     enum tok_kind kind;
@@ -693,14 +470,14 @@ attnd_status tok_create(const struct gguf *g, struct tokenizer **out, char *err,
     else if (!(st = copy_texts(tok, g, &vk, &piece_area, err, errlen)) && !(st = build_hash(tok))) {
         if (kind == TOK_KIND_BPE) st = init_bpe(tok, g, &llama3, err, errlen);
         else init_spm_bytes(tok);
-        if (!st && !(st = read_special_ids(tok, g, err, errlen)) && !(st = read_flags(tok, g, llama3, err, errlen)))
+        if (!st && !(st = tok_special_load(tok, g, llama3, err, errlen)))
             st = finish_tables(tok, g, piece_area, err, errlen);
     }
     if (st == ATTND_OK) {
         *out = tok;
         return ATTND_OK;
     }
-    if (st == ATTND_ERR_NOMEM && (!err || !errlen || !err[0])) set_err(err, errlen, "out of memory loading the tokenizer");
+    if (st == ATTND_ERR_NOMEM && (!err || !errlen || !err[0])) tok_set_err(err, errlen, "out of memory loading the tokenizer");
     tok_destroy(tok);
     return st;
 }
@@ -753,279 +530,4 @@ const char *tok_piece(const struct tokenizer *tok, int id, size_t *len)
     }
     if (len) *len = tok->tok[id].len;
     return tok->tok[id].text;
-}
-
-/* ============================================================================================
- * encoding: split out special tokens, then run the algorithm on each raw-text fragment
- * ========================================================================================== */
-
-struct frag {
-    int32_t id; /* -1: raw text */
-    size_t off, len;
-};
-
-struct frags {
-    struct frag *v;
-    size_t n, cap;
-};
-
-static bool frags_push(struct frags *f, int32_t id, size_t off, size_t len)
-{
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        struct frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return false;
-        f->v = v;
-        f->cap = cap;
-    }
-    f->v[f->n++] = (struct frag){id, off, len};
-    return true;
-}
-
-static bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
-/* Splits the raw fragments of *cur at every occurrence of special token id, as the reference
- * does: tokens are taken longest first, each over the fragments the longer ones left. */
-static attnd_status split_on(const struct tokenizer *tok, const char *text, int id, struct frags *cur,
-                             struct frags *next)
-{
-    const struct tok_entry *e = &tok->tok[id];
-    bool any = false;
-    for (size_t i = 0; i < cur->n && !any; i++)
-        if (cur->v[i].id < 0 && cur->v[i].len >= e->len && memmem(text + cur->v[i].off, cur->v[i].len, e->text, e->len))
-            any = true;
-    if (!any) return ATTND_OK;
-    next->n = 0;
-    for (size_t i = 0; i < cur->n; i++) {
-        struct frag f = cur->v[i];
-        if (f.id >= 0) {
-            if (!frags_push(next, f.id, 0, 0)) return ATTND_ERR_NOMEM;
-            continue;
-        }
-        size_t off = f.off, end = f.off + f.len;
-        while (off < end) {
-            const char *m = end - off >= e->len ? memmem(text + off, end - off, e->text, e->len) : NULL;
-            if (!m) {
-                if (!frags_push(next, -1, off, end - off)) return ATTND_ERR_NOMEM;
-                break;
-            }
-            size_t mo = (size_t)(m - text), left = mo - off;
-            if (e->attr & TOK_A_LSTRIP)
-                while (left > 0 && is_space(text[off + left - 1])) left--;
-            if (left && !frags_push(next, -1, off, left)) return ATTND_ERR_NOMEM;
-            if (!frags_push(next, id, 0, 0)) return ATTND_ERR_NOMEM;
-            off = mo + e->len;
-            if (e->attr & TOK_A_RSTRIP)
-                while (off < end && is_space(text[off])) off++;
-        }
-    }
-    struct frags t = *cur;
-    *cur = *next;
-    *next = t;
-    return ATTND_OK;
-}
-
-attnd_status tok_encode(const struct tokenizer *tok, const char *text, size_t len, bool add_special,
-                        bool parse_special, int32_t **ids, size_t *n)
-{
-    attnd_status st = ATTND_OK;
-    struct tok_ids out = {0};
-    struct frags cur = {0}, next = {0};
-    *ids = NULL;
-    *n = 0;
-    if (!text) len = 0;
-    if (len > TOK_MAX_INPUT) return ATTND_ERR_RANGE;
-
-    if (len) {
-        if (!frags_push(&cur, -1, 0, len)) goto nomem;
-        for (size_t i = 0; i < tok->n_special; i++) {
-            int id = tok->special[i];
-            if (!parse_special && tok->tok[id].type != TOK_TYPE_USER_DEFINED) continue;
-            if (tok->tok[id].len > len) continue;
-            if ((st = split_on(tok, text, id, &cur, &next)) != ATTND_OK) goto out;
-        }
-    }
-
-    if (add_special && tok->add_bos && !tok_ids_push(&out, tok->bos)) goto nomem;
-    bool prev_special = true; /* SPM: the first fragment gets the dummy prefix space */
-    for (size_t i = 0; i < cur.n; i++) {
-        const struct frag *f = &cur.v[i];
-        if (f->id >= 0) {
-            if (!tok_ids_push(&out, f->id)) goto nomem;
-            prev_special = true;
-            continue;
-        }
-        if (tok->kind == TOK_KIND_SPM) {
-            st = tok_spm_encode(tok, text + f->off, f->len, tok->add_space_prefix && prev_special, &out);
-        } else {
-            st = tok_bpe_encode(tok, text + f->off, f->len, &out);
-        }
-        if (st != ATTND_OK) goto out;
-        prev_special = false;
-    }
-    if (add_special && tok->add_eos && !tok_ids_push(&out, tok->eos)) goto nomem;
-    if (!out.v && !(out.v = malloc(sizeof *out.v))) goto nomem;
-    *ids = out.v;
-    *n = out.n;
-    out.v = NULL;
-    goto out;
-nomem:
-    st = ATTND_ERR_NOMEM;
-out:
-    free(out.v);
-    free(cur.v);
-    free(next.v);
-    return st;
-}
-
-/* ============================================================================================
- * decoding
- * ========================================================================================== */
-
-/* The bytes id renders as (before any prefix strip). */
-static const char *render(const struct tokenizer *tok, int id, bool special, size_t *len)
-{
-    const struct tok_entry *e = &tok->tok[id];
-    if (!special && (e->type == TOK_TYPE_CONTROL || e->type == TOK_TYPE_UNKNOWN)) {
-        *len = 0;
-        return e->piece;
-    }
-    *len = e->plen;
-    return e->piece;
-}
-
-size_t tok_decode_token(const struct tokenizer *tok, int id, char *buf, size_t cap, bool render_special)
-{
-    if (id < 0 || id >= tok->n_vocab) return 0;
-    size_t l;
-    const char *s = render(tok, id, render_special, &l);
-    if (buf && cap) memcpy(buf, s, l < cap ? l : cap);
-    return l;
-}
-
-attnd_status tok_decode(const struct tokenizer *tok, const int32_t *ids, size_t n, unsigned flags, char **out,
-                        size_t *len)
-{
-    *out = NULL;
-    if (len) *len = 0;
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= tok->n_vocab) return ATTND_ERR_RANGE;
-        total += tok->tok[ids[i]].plen;
-    }
-    char *buf = malloc(total + 1);
-    if (!buf) return ATTND_ERR_NOMEM;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t l;
-        const char *s = render(tok, ids[i], flags & TOK_DECODE_SPECIAL, &l);
-        if (i == 0 && (flags & TOK_DECODE_STRIP_PREFIX) && tok->add_space_prefix && l && s[0] == ' ') {
-            s++;
-            l--;
-        }
-        memcpy(buf + o, s, l);
-        o += l;
-    }
-    buf[o] = 0;
-    *out = buf;
-    if (len) *len = o;
-    return ATTND_OK;
-}
-
-/* ============================================================================================
- * streaming detokenizer
- * ========================================================================================== */
-
-struct tok_stream {
-    const struct tokenizer *tok;
-    unsigned flags;
-    bool first;
-    unsigned char pend[4]; /* the start of a character that may still complete */
-    size_t npend;
-};
-
-attnd_status tok_stream_create(const struct tokenizer *tok, unsigned flags, struct tok_stream **out)
-{
-    *out = NULL;
-    if (!tok) return ATTND_ERR_INVALID;
-    struct tok_stream *s = calloc(1, sizeof *s);
-    if (!s) return ATTND_ERR_NOMEM;
-    s->tok = tok;
-    s->flags = flags;
-    s->first = true;
-    *out = s;
-    return ATTND_OK;
-}
-
-void tok_stream_destroy(struct tok_stream *s) { free(s); }
-
-/* How many leading bytes of b[0..n) can be handed out: everything except a trailing prefix of a
- * valid character that more bytes could complete. */
-static size_t complete_prefix(const unsigned char *b, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = b[i];
-        size_t need;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else {
-            i++; /* can never start a character */
-            continue;
-        }
-        size_t k = 1;
-        for (; k <= need; k++) {
-            if (i + k >= n) return i; /* valid so far, incomplete: hold back */
-            unsigned d = b[i + k];
-            if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) break;
-        }
-        i += k; /* a whole character, or an invalid prefix (passed through; resume at the bad byte) */
-    }
-    return n;
-}
-
-attnd_status tok_stream_push(struct tok_stream *s, int id, char *out, size_t cap, size_t *n_out)
-{
-    *n_out = 0;
-    const struct tokenizer *tok = s->tok;
-    if (id < 0 || id >= tok->n_vocab) return ATTND_ERR_RANGE;
-    size_t l;
-    const char *p = render(tok, id, s->flags & TOK_DECODE_SPECIAL, &l);
-    if (s->first && (s->flags & TOK_DECODE_STRIP_PREFIX) && tok->add_space_prefix && l && p[0] == ' ') {
-        p++;
-        l--;
-    }
-    if (cap < s->npend + l) return ATTND_ERR_INVALID;
-    s->first = false;
-    memcpy(out, s->pend, s->npend);
-    memcpy(out + s->npend, p, l);
-    size_t total = s->npend + l;
-    size_t done = complete_prefix((const unsigned char *)out, total);
-    s->npend = total - done; /* at most 3 */
-    memcpy(s->pend, out + done, s->npend);
-    *n_out = done;
-    return ATTND_OK;
-}
-
-attnd_status tok_stream_flush(struct tok_stream *s, char *out, size_t cap, size_t *n_out)
-{
-    *n_out = 0;
-    if (cap < s->npend) return ATTND_ERR_INVALID;
-    memcpy(out, s->pend, s->npend);
-    *n_out = s->npend;
-    s->npend = 0;
-    s->first = true;
-    return ATTND_OK;
 }

@@ -1,4 +1,5 @@
-/* tokenizer_internal.h - private to the tokenizer (tokenizer.c, tok_spm.c, tok_bpe.c). */
+/* tokenizer_internal.h - private to the tokenizer: the struct every file of the module reads
+ * (tokenizer.c loads it; tok_special.c, tok_encode.c, tok_decode.c, tok_spm.c, tok_bpe.c). */
 #ifndef ATTND_TOKENIZER_INTERNAL_H
 #define ATTND_TOKENIZER_INTERNAL_H
 
@@ -70,6 +71,24 @@ static inline uint64_t tok_merge_hash(uint64_t key)
 
 /* Id of text[0..len), or -1. */
 int tok_lookup(const struct tokenizer *tok, const char *text, size_t len);
+
+/* printf into err[0..errlen) (a no-op when err is NULL or errlen 0): the load errors' message. */
+void tok_set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+struct gguf;
+
+/* Loading, step 6 (tok_special.c): the special ids (defaults by kind, overridden by the
+ * tokenizer.ggml.*_token_id keys), then the add_bos / add_eos / add_space_prefix flags checked
+ * against them (llama3: BOS added by default). Returns ATTND_ERR_FORMAT with a message in err. */
+attnd_status tok_special_load(struct tokenizer *tok, const struct gguf *g, bool llama3, char *err, size_t errlen);
+/* Loading, step 7, before the pieces are built: EOT by text when the metadata names none, and the
+ * end-of-generation set (EOS, EOT, EOM and the known end markers); a token picked this way is
+ * made CONTROL, as in the reference. */
+void tok_special_infer_eog(struct tokenizer *tok);
+/* Loading, step 7, last: the special-token list tok_encode splits out (CONTROL, USER_DEFINED and
+ * UNKNOWN tokens with text, longest first) and the per-model attribute rules. Returns
+ * ATTND_ERR_NOMEM or ATTND_OK. */
+attnd_status tok_special_list(struct tokenizer *tok, const struct gguf *g);
 
 /* A growable id vector. */
 struct tok_ids {
