@@ -20,6 +20,7 @@ static const struct subcommand g_cmds[] = {
     {"tokenize", cmd_tokenize, "print the tokens of the text on stdin, as JSON"},
     {"score", cmd_score, "print top-k next-token log-probabilities for a token sequence"},
     {"heads", cmd_heads, "print the head census: previous-token, induction, sink, self scores per head"},
+    {"grammar", cmd_grammar, "compile a GBNF grammar or JSON schema and check texts against it"},
     {"template", cmd_template, "render a chat template for a list of cases, as JSON (compare with render_chat.py)"},
 
 

@@ -12,6 +12,7 @@ int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_heads(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 
 #endif

@@ -1,0 +1,728 @@
+/* json_schema.c - see json_schema.h: a JSON schema to GBNF text, one rule per subschema. */
+#include "attnd/json_schema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "attnd/gbnf.h"
+#include "attnd/grammar.h"
+#include "attnd/regex_gbnf.h"
+#include "attnd/utf8.h"
+
+/* The rules every compiled schema may use. */
+static const char COMMON[] =
+    "ws ::= | \" \" | \"\\n\" [ ]{0,20}\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* ws )? \"}\"\n"
+    "array ::= \"[\" ws ( value ( \",\" ws value )* ws )? \"]\"\n"
+    "string ::= \"\\\"\" jchar* \"\\\"\"\n"
+    "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
+    "nothing ::= [^\\x00-\\U0010FFFF]\n"
+    "fmt-year ::= [0-9]{4}\n"
+    "fmt-leap ::= [0-9] [0-9] ( \"0\" [48] | [2468] [048] | [13579] [26] ) | ( \"0\" [048] | [2468] [048] | [13579] [26] ) \"00\"\n"
+    "fmt-date ::= fmt-year \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )"
+    " | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" )"
+    " | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | fmt-leap \"-02-29\"\n"
+    "fmt-time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )?"
+    " ( [Zz] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+    "fmt-date-time ::= fmt-date [Tt] fmt-time\n"
+    "fmt-uuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n";
+
+/* Keyword kinds: what a keyword constrains (or that it is an annotation). */
+enum kw_kind { KW_ANNOT, KW_ID, KW_TYPE, KW_ENUM, KW_ANY, KW_REF, KW_OBJ, KW_ARR, KW_STR, KW_NUM };
+
+static const struct {
+    const char *name;
+    enum kw_kind kind;
+} KEYWORDS[] = {
+    {"$schema", KW_ANNOT}, {"$comment", KW_ANNOT}, {"title", KW_ANNOT}, {"description", KW_ANNOT},
+    {"default", KW_ANNOT}, {"examples", KW_ANNOT}, {"deprecated", KW_ANNOT}, {"readOnly", KW_ANNOT},
+    {"writeOnly", KW_ANNOT}, {"contentMediaType", KW_ANNOT}, {"contentEncoding", KW_ANNOT},
+    {"contentSchema", KW_ANNOT}, {"$defs", KW_ANNOT}, {"definitions", KW_ANNOT}, {"$id", KW_ID},
+    {"type", KW_TYPE}, {"enum", KW_ENUM}, {"const", KW_ENUM}, {"anyOf", KW_ANY}, {"oneOf", KW_ANY},
+    {"$ref", KW_REF}, {"properties", KW_OBJ}, {"required", KW_OBJ}, {"additionalProperties", KW_OBJ},
+    {"items", KW_ARR}, {"minItems", KW_ARR}, {"maxItems", KW_ARR}, {"minLength", KW_STR},
+    {"maxLength", KW_STR}, {"pattern", KW_STR}, {"format", KW_STR}, {"minimum", KW_NUM},
+    {"maximum", KW_NUM}, {"exclusiveMinimum", KW_NUM}, {"exclusiveMaximum", KW_NUM},
+};
+
+/* The JSON types, in the order their branches are written. */
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_NUM = 32, T_INT = 64, T_ALL = 127 };
+
+struct memo {
+    const cJSON *node;
+    unsigned id;
+};
+
+struct jc {
+    const cJSON *root;
+    struct rxg_buf rules; /* the rule definitions written so far */
+    struct memo *memo;
+    size_t n_memo, cap_memo;
+    unsigned next_id;
+    int depth;
+    attnd_status st;
+    char *err;
+    size_t errlen;
+};
+
+static void jc_fail(struct jc *c, attnd_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void jc_fail(struct jc *c, attnd_status st, const char *fmt, ...)
+{
+    if (c->st != ATTND_OK) return;
+    c->st = st;
+    if (!c->err || !c->errlen) return;
+    int n = snprintf(c->err, c->errlen, "json schema: ");
+    if (n < 0 || (size_t)n >= c->errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static int kw_kind(const char *name)
+{
+    for (size_t i = 0; i < sizeof KEYWORDS / sizeof KEYWORDS[0]; i++)
+        if (!strcmp(KEYWORDS[i].name, name)) return (int)KEYWORDS[i].kind;
+    return -1;
+}
+
+static unsigned compile(struct jc *c, const cJSON *node);
+
+/* ---- literal values (enum, const) ---- */
+
+/* The shortest "%.*g" spelling of d that reads back as d (as JSON writers print floats). */
+static void put_number(struct rxg_buf *b, double d)
+{
+    char tmp[40];
+    if (d == floor(d) && fabs(d) < 1e16) {
+        snprintf(tmp, sizeof tmp, "%.0f", d);
+    } else {
+        for (int p = 1; p <= 17; p++) {
+            snprintf(tmp, sizeof tmp, "%.*g", p, d);
+            if (strtod(tmp, NULL) == d) break;
+        }
+    }
+    rxg_lit(b, tmp, strlen(tmp));
+}
+
+/* A quoted JSON string literal item for the UTF-8 text s. */
+static void put_string(struct jc *c, struct rxg_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (!utf8_valid(s, n)) return jc_fail(c, ATTND_ERR_INVALID, "a string in the schema is not valid UTF-8");
+    struct rxg_buf e = {0};
+    rxg_put(&e, "\"", 1);
+    rxg_json_escape(&e, s, n);
+    rxg_put(&e, "\"", 1);
+    if (e.oom) b->oom = true;
+    else rxg_lit(b, e.p, e.n);
+    free(e.p);
+}
+
+/* An item matching exactly the JSON value v (whitespace allowed between its tokens). */
+static void put_value(struct jc *c, struct rxg_buf *b, const cJSON *v, int depth)
+{
+    if (depth > JSG_MAX_DEPTH) return jc_fail(c, ATTND_ERR_RANGE, "a const/enum value nested deeper than %d", JSG_MAX_DEPTH);
+    if (cJSON_IsNull(v)) rxg_puts(b, "\"null\"");
+    else if (cJSON_IsTrue(v)) rxg_puts(b, "\"true\"");
+    else if (cJSON_IsFalse(v)) rxg_puts(b, "\"false\"");
+    else if (cJSON_IsNumber(v)) put_number(b, v->valuedouble);
+    else if (cJSON_IsString(v)) put_string(c, b, v->valuestring);
+    else {
+        bool obj = cJSON_IsObject(v);
+        rxg_puts(b, obj ? "( \"{\" ws " : "( \"[\" ws ");
+        for (const cJSON *it = v->child; it; it = it->next) {
+            if (obj) {
+                put_string(c, b, it->string);
+                rxg_puts(b, " \":\" ws ");
+            }
+            put_value(c, b, it, depth + 1);
+            rxg_puts(b, it->next ? " \",\" ws " : " ws ");
+        }
+        rxg_puts(b, obj ? "\"}\" )" : "\"]\" )");
+    }
+}
+
+/* The JSON type bit of a value (integers also count as numbers: see enum_body). */
+static unsigned value_type(const cJSON *v)
+{
+    if (cJSON_IsNull(v)) return T_NULL;
+    if (cJSON_IsBool(v)) return T_BOOL;
+    if (cJSON_IsObject(v)) return T_OBJ;
+    if (cJSON_IsArray(v)) return T_ARR;
+    if (cJSON_IsString(v)) return T_STR;
+    return v->valuedouble == floor(v->valuedouble) ? T_INT | T_NUM : T_NUM;
+}
+
+/* ---- keywords and types ---- */
+
+/* The type bits "type" allows (T_ALL when absent). */
+static unsigned schema_types(struct jc *c, const cJSON *node)
+{
+    static const char *names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(node, "type");
+    if (!t) return T_ALL;
+    unsigned bits = 0;
+    const cJSON *one = cJSON_IsArray(t) ? t->child : t;
+    for (; one; one = cJSON_IsArray(t) ? one->next : NULL) {
+        size_t i = 0;
+        while (i < 7 && !(cJSON_IsString(one) && !strcmp(one->valuestring, names[i]))) i++;
+        if (i == 7) {
+            jc_fail(c, ATTND_ERR_INVALID, "\"type\" must be one of the seven JSON types or a list of them");
+            return 0;
+        }
+        bits |= 1u << i;
+    }
+    if (bits & T_NUM) bits |= T_INT; /* a number may be an integer */
+    return bits;
+}
+
+/* Checks every keyword of node; returns the set of kinds present (bit 1 << kind). */
+static unsigned check_keywords(struct jc *c, const cJSON *node)
+{
+    unsigned kinds = 0;
+    for (const cJSON *it = node->child; it; it = it->next) {
+        int k = kw_kind(it->string);
+        if (k < 0) {
+            jc_fail(c, ATTND_ERR_UNSUPPORTED, "keyword \"%s\" is not supported", it->string);
+            return 0;
+        }
+        if (k == KW_ID && node != c->root) {
+            jc_fail(c, ATTND_ERR_UNSUPPORTED, "keyword \"$id\" is supported only at the root");
+            return 0;
+        }
+        kinds |= 1u << k;
+    }
+    return kinds;
+}
+
+/* The first keyword of node whose kind is in mask (for refusals), or "?" */
+static const char *first_of(const cJSON *node, unsigned mask)
+{
+    for (const cJSON *it = node->child; it; it = it->next) {
+        int k = kw_kind(it->string);
+        if (k >= 0 && (mask >> k) & 1) return it->string;
+    }
+    return "?";
+}
+
+/* A count keyword (non-negative integer) or def when absent; -1 after a failure. */
+static long count_kw(struct jc *c, const cJSON *node, const char *name, long def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(node, name);
+    if (!v) return def;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) {
+        jc_fail(c, ATTND_ERR_INVALID, "\"%s\" must be a non-negative integer", name);
+        return -1;
+    }
+    return v->valuedouble > 1e9 ? 1000000000L : (long)v->valuedouble;
+}
+
+/* ---- enum, const, anyOf, $ref ---- */
+
+static void enum_body(struct jc *c, const cJSON *node, unsigned types, struct rxg_buf *b)
+{
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(node, "const");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(node, "enum");
+    if (cst && en) return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"enum\" together with \"const\" is not supported");
+    if (en && !cJSON_IsArray(en)) return jc_fail(c, ATTND_ERR_INVALID, "\"enum\" must be an array");
+    if (en && cJSON_GetArraySize(en) > JSG_MAX_ENUM)
+        return jc_fail(c, ATTND_ERR_RANGE, "\"enum\" has more than %d values", JSG_MAX_ENUM);
+    bool first = true;
+    rxg_puts(b, "( ");
+    for (const cJSON *v = cst ? cst : en->child; v; v = cst ? NULL : v->next) {
+        if (!(value_type(v) & types)) continue;
+        if (!first) rxg_puts(b, " | ");
+        put_value(c, b, v, 0);
+        first = false;
+    }
+    rxg_puts(b, first ? "nothing )" : " )");
+}
+
+static void any_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
+{
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(node, "anyOf");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(node, "oneOf");
+    if (any && one) return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"anyOf\" together with \"oneOf\" is not supported");
+    const cJSON *list = any ? any : one;
+    if (!cJSON_IsArray(list) || !list->child)
+        return jc_fail(c, ATTND_ERR_INVALID, "\"%s\" must be a non-empty array", any ? "anyOf" : "oneOf");
+    rxg_puts(b, "( ");
+    for (const cJSON *s = list->child; s && c->st == ATTND_OK; s = s->next) {
+        unsigned id = compile(c, s);
+        rxg_printf(b, "%ss%u", s == list->child ? "" : " | ", id);
+    }
+    rxg_puts(b, " )");
+}
+
+static int hex_digit(char ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* Decodes one JSON pointer token (~0 ~1 and %XX escapes) of ref[0..n) into out (cap bytes). */
+static bool pointer_token(const char *ref, size_t n, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = ref[i];
+        if (ch == '%') {
+            int h1 = i + 2 < n ? hex_digit(ref[i + 1]) : -1, h2 = i + 2 < n ? hex_digit(ref[i + 2]) : -1;
+            if (h1 < 0 || h2 < 0) return false;
+            ch = (char)(h1 * 16 + h2);
+            i += 2;
+        } else if (ch == '~' && i + 1 < n && (ref[i + 1] == '0' || ref[i + 1] == '1')) {
+            ch = ref[++i] == '0' ? '~' : '/';
+        }
+        if (k + 1 >= cap) return false;
+        out[k++] = ch;
+    }
+    out[k] = 0;
+    return true;
+}
+
+/* The subschema a local $ref names, or NULL after a failure. */
+static const cJSON *resolve_ref(struct jc *c, const char *ref)
+{
+    if (ref[0] != '#') {
+        jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"$ref\": \"%.80s\" names another document (only \"#...\" is supported)", ref);
+        return NULL;
+    }
+    if (ref[1] && ref[1] != '/') {
+        jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"$ref\": \"%.80s\" uses an anchor (only JSON pointers are supported)", ref);
+        return NULL;
+    }
+    const cJSON *at = c->root;
+    for (const char *p = ref + 1; at && *p == '/';) {
+        const char *q = strchr(p + 1, '/');
+        size_t n = q ? (size_t)(q - p - 1) : strlen(p + 1);
+        char tok[256];
+        if (!pointer_token(p + 1, n, tok, sizeof tok)) at = NULL;
+        else if (cJSON_IsArray(at)) at = cJSON_GetArrayItem(at, atoi(tok));
+        else at = cJSON_GetObjectItemCaseSensitive(at, tok);
+        p += 1 + n;
+    }
+    if (!at) jc_fail(c, ATTND_ERR_INVALID, "\"$ref\": \"%.80s\" names nothing in the schema", ref);
+    return at;
+}
+
+/* ---- strings ---- */
+
+static void string_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
+{
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(node, "pattern");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
+    long lo = count_kw(c, node, "minLength", 0), hi = count_kw(c, node, "maxLength", -2);
+    if (lo < 0 || hi == -1) return;
+    bool lengths = lo > 0 || hi >= 0;
+    if ((pat || fmt) && lengths)
+        return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"%s\" together with minLength/maxLength is not supported",
+                       pat ? "pattern" : "format");
+    if (pat && fmt) return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"pattern\" together with \"format\" is not supported");
+    if (pat) {
+        if (!cJSON_IsString(pat)) return jc_fail(c, ATTND_ERR_INVALID, "\"pattern\" must be a string");
+        rxg_puts(b, "( \"\\\"\" ");
+        char why[160];
+        attnd_status st = rxg_regex(b, pat->valuestring, strlen(pat->valuestring), "jchar", why, sizeof why);
+        if (st != ATTND_OK) return jc_fail(c, st, "%s", why);
+        rxg_puts(b, " \"\\\"\" )");
+    } else if (fmt) {
+        static const char *known[] = {"date", "time", "date-time", "uuid"};
+        size_t i = 0;
+        while (i < 4 && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, known[i]))) i++;
+        if (i == 4)
+            return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"format\": \"%.40s\" is not supported (date, time, date-time, uuid are)",
+                           cJSON_IsString(fmt) ? fmt->valuestring : "?");
+        rxg_printf(b, "( \"\\\"\" fmt-%s \"\\\"\" )", known[i]);
+    } else if (!lengths) {
+        rxg_puts(b, "string");
+    } else {
+        if (lo > JSG_MAX_COUNT) return jc_fail(c, ATTND_ERR_RANGE, "\"minLength\" over %d", JSG_MAX_COUNT);
+        if (hi > JSG_MAX_COUNT) hi = -2;
+        if (hi >= 0 && hi < lo) rxg_puts(b, "nothing");
+        else if (hi >= 0) rxg_printf(b, "( \"\\\"\" jchar{%ld,%ld} \"\\\"\" )", lo, hi);
+        else rxg_printf(b, "( \"\\\"\" jchar{%ld,} \"\\\"\" )", lo);
+    }
+}
+
+/* ---- numbers ---- */
+
+/* Reads one bound keyword into *v; false when absent; a failure for a non-number. */
+static bool bound_kw(struct jc *c, const cJSON *node, const char *name, double *v)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(node, name);
+    if (!it) return false;
+    if (!cJSON_IsNumber(it)) {
+        jc_fail(c, ATTND_ERR_INVALID, "\"%s\" must be a number", name);
+        return false;
+    }
+    *v = it->valuedouble;
+    return true;
+}
+
+/* The integer branch (only integers: numbers with bounds are refused in number_body). */
+static void integer_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
+{
+    double lo = -(double)RXG_MAX_INT, hi = (double)RXG_MAX_INT, v;
+    bool any = false;
+    if (bound_kw(c, node, "minimum", &v)) lo = fmax(lo, ceil(v)), any = true;
+    if (bound_kw(c, node, "exclusiveMinimum", &v)) lo = fmax(lo, floor(v) + 1), any = true;
+    if (bound_kw(c, node, "maximum", &v)) hi = fmin(hi, floor(v)), any = true;
+    if (bound_kw(c, node, "exclusiveMaximum", &v)) hi = fmin(hi, ceil(v) - 1), any = true;
+    if (c->st != ATTND_OK) return;
+    if (!any) rxg_puts(b, "integer");
+    else if (lo > hi) rxg_puts(b, "nothing");
+    else rxg_int_range(b, (int64_t)lo, (int64_t)hi);
+}
+
+static void number_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
+{
+    static const char *bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++)
+        if (cJSON_GetObjectItemCaseSensitive(node, bounds[i]))
+            return jc_fail(c, ATTND_ERR_UNSUPPORTED,
+                           "\"%s\" on a number that may have a fraction cannot be expressed exactly (it can on "
+                           "\"type\": \"integer\")",
+                           bounds[i]);
+    rxg_puts(b, "number");
+}
+
+/* ---- arrays ---- */
+
+static void array_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
+{
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
+    long lo = count_kw(c, node, "minItems", 0), hi = count_kw(c, node, "maxItems", -2);
+    if (lo < 0 || hi == -1) return;
+    if (lo > JSG_MAX_COUNT) return jc_fail(c, ATTND_ERR_RANGE, "\"minItems\" over %d", JSG_MAX_COUNT);
+    if (hi > JSG_MAX_COUNT) hi = -2;
+    if (items && cJSON_IsArray(items))
+        return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"items\" as an array (draft 2019 tuples) is not supported");
+    if (cJSON_IsFalse(items)) hi = 0;
+    if (hi >= 0 && hi < lo) return rxg_puts(b, "nothing");
+    if (hi == 0) return rxg_puts(b, "( \"[\" ws \"]\" )");
+    char item[24] = "value";
+    if (items && !cJSON_IsTrue(items)) snprintf(item, sizeof item, "s%u", compile(c, items));
+    rxg_printf(b, "( \"[\" ws ( %s ( \",\" ws %s )", item, item);
+    long rlo = lo > 0 ? lo - 1 : 0;
+    if (hi < 0) rxg_printf(b, "{%ld,}", rlo);
+    else rxg_printf(b, "{%ld,%ld}", rlo, hi - 1);
+    rxg_printf(b, " ws )%s \"]\" )", lo == 0 ? "?" : "");
+}
+
+/* ---- objects ---- */
+
+struct prop {
+    const char *key;
+    char val[24];    /* the value's rule */
+    bool impossible; /* no value can satisfy it */
+};
+
+/* The value rule of a property schema s (NULL: additionalProperties absent = any value). */
+static void prop_value(struct jc *c, const cJSON *s, struct prop *p)
+{
+    if (!s || cJSON_IsTrue(s)) snprintf(p->val, sizeof p->val, "value");
+    else if (cJSON_IsFalse(s)) p->impossible = true;
+    else snprintf(p->val, sizeof p->val, "s%u", compile(c, s));
+}
+
+/* One "key": value item. */
+static void put_kv(struct jc *c, struct rxg_buf *b, const struct prop *p)
+{
+    rxg_puts(b, "( ");
+    put_string(c, b, p->key);
+    rxg_printf(b, " \":\" ws %s )", p->val);
+}
+
+static bool in_required(const cJSON *req, const char *key)
+{
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+        if (cJSON_IsString(r) && !strcmp(r->valuestring, key)) return true;
+    return false;
+}
+
+/* Fills v with the required properties (in "properties" order, then the required keys that
+ * have no schema there, valued by additionalProperties), *n_req of them, then the optional ones. */
+static size_t split_props(struct jc *c, const cJSON *props, const cJSON *req, const cJSON *add, struct prop *v,
+                          size_t *n_req)
+{
+    size_t n = 0;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next)
+        if (in_required(req, p->string)) {
+            v[n] = (struct prop){.key = p->string};
+            prop_value(c, p, &v[n++]);
+        }
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        if (!cJSON_IsString(r)) return jc_fail(c, ATTND_ERR_INVALID, "\"required\" must list strings"), 0;
+        if (props && cJSON_GetObjectItemCaseSensitive(props, r->valuestring)) continue;
+        bool dup = false;
+        for (size_t i = 0; i < n; i++) dup |= !strcmp(v[i].key, r->valuestring);
+        if (dup) continue;
+        v[n] = (struct prop){.key = r->valuestring};
+        prop_value(c, add, &v[n++]);
+    }
+    *n_req = n;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next)
+        if (!in_required(req, p->string)) {
+            v[n] = (struct prop){.key = p->string};
+            prop_value(c, p, &v[n++]);
+        }
+    return n;
+}
+
+/* The extra-property item ("key not in properties": additional schema). */
+static void put_additional(struct jc *c, struct rxg_buf *b, const cJSON *props, const char *val)
+{
+    size_t n = (size_t)cJSON_GetArraySize(props), i = 0;
+    const char **keys = malloc((n ? n : 1) * sizeof *keys);
+    size_t *lens = malloc((n ? n : 1) * sizeof *lens);
+    if (!keys || !lens) {
+        b->oom = true;
+    } else {
+        for (const cJSON *p = props ? props->child : NULL; p; p = p->next, i++) keys[i] = p->string, lens[i] = strlen(p->string);
+        rxg_puts(b, "( \"\\\"\" ");
+        rxg_not_strings(b, keys, lens, i, "jchar");
+        rxg_printf(b, " \"\\\"\" \":\" ws %s )", val);
+    }
+    free(keys);
+    free(lens);
+}
+
+/* Writes the rules s<self>-t<k>: the optional properties k.. (each at most once, in order), then
+ * any extra properties. */
+static void write_tails(struct jc *c, unsigned self, const struct prop *opt, size_t m, const char *addkv)
+{
+    for (size_t k = 0; k <= m; k++) {
+        rxg_printf(&c->rules, "s%u-t%zu ::= ", self, k);
+        if (k < m && !opt[k].impossible) {
+            rxg_puts(&c->rules, "( \",\" ws ");
+            put_kv(c, &c->rules, &opt[k]);
+            rxg_puts(&c->rules, " )? ");
+        }
+        if (k < m) rxg_printf(&c->rules, "s%u-t%zu\n", self, k + 1);
+        else if (addkv) rxg_printf(&c->rules, "( \",\" ws %s )*\n", addkv);
+        else rxg_puts(&c->rules, "\"\"\n");
+    }
+}
+
+static void object_body(struct jc *c, const cJSON *node, unsigned self, struct rxg_buf *b)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(node, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(node, "required");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
+    if (props && !cJSON_IsObject(props)) return jc_fail(c, ATTND_ERR_INVALID, "\"properties\" must be an object");
+    if (req && !cJSON_IsArray(req)) return jc_fail(c, ATTND_ERR_INVALID, "\"required\" must be an array");
+    if (add && !cJSON_IsObject(add) && !cJSON_IsBool(add))
+        return jc_fail(c, ATTND_ERR_INVALID, "\"additionalProperties\" must be a schema or a boolean");
+    size_t cap = (size_t)cJSON_GetArraySize(props) + (size_t)cJSON_GetArraySize(req), n_req = 0;
+    if (cap > JSG_MAX_PROPS) return jc_fail(c, ATTND_ERR_RANGE, "more than %d properties in one object", JSG_MAX_PROPS);
+    struct prop *v = calloc(cap ? cap : 1, sizeof *v);
+    struct rxg_buf addkv = {0};
+    if (!v) return jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+    size_t n = split_props(c, props, req, add, v, &n_req);
+    struct prop extra = {0};
+    prop_value(c, add, &extra);
+    if (!extra.impossible) put_additional(c, &addkv, props, extra.val);
+    bool impossible = false;
+    for (size_t i = 0; i < n_req; i++) impossible |= v[i].impossible;
+    if (c->st != ATTND_OK || impossible) {
+        rxg_puts(b, "nothing");
+        goto out;
+    }
+    write_tails(c, self, v + n_req, n - n_req, addkv.p);
+    if (n_req) {
+        rxg_puts(b, "( \"{\" ws ");
+        for (size_t i = 0; i < n_req; i++) {
+            if (i) rxg_puts(b, " \",\" ws ");
+            put_kv(c, b, &v[i]);
+        }
+        rxg_printf(b, " s%u-t%zu ws \"}\" )", self, (size_t)0);
+        goto out;
+    }
+    bool any = false;
+    rxg_puts(b, "( \"{\" ws ( ( ");
+    for (size_t k = 0; k + n_req < n; k++) {
+        if (v[n_req + k].impossible) continue;
+        rxg_puts(b, any ? " | " : "");
+        put_kv(c, b, &v[n_req + k]);
+        rxg_printf(b, " s%u-t%zu", self, k + 1);
+        any = true;
+    }
+    if (addkv.p) rxg_printf(b, "%s%s s%u-t%zu", any ? " | " : "", addkv.p, self, n - n_req);
+    if (!any && !addkv.p) rxg_puts(b, "\"\"");
+    rxg_puts(b, " ) ws )? \"}\" )");
+out:
+    free(v);
+    free(addkv.p);
+}
+
+/* ---- one subschema ---- */
+
+/* The branches of the types node allows, each held to its keywords. */
+static void typed_body(struct jc *c, const cJSON *node, unsigned self, unsigned types, struct rxg_buf *b)
+{
+    bool first = true;
+    rxg_puts(b, "( ");
+    for (unsigned t = 1; t <= T_INT && c->st == ATTND_OK; t <<= 1) {
+        if (!(types & t) || (t == T_INT && (types & T_NUM))) continue;
+        rxg_puts(b, first ? "" : " | ");
+        first = false;
+        switch (t) {
+        case T_NULL: rxg_puts(b, "\"null\""); break;
+        case T_BOOL: rxg_puts(b, "\"true\" | \"false\""); break;
+        case T_OBJ: object_body(c, node, self, b); break;
+        case T_ARR: array_body(c, node, b); break;
+        case T_STR: string_body(c, node, b); break;
+        case T_NUM: number_body(c, node, b); break;
+        default: integer_body(c, node, b); break;
+        }
+    }
+    rxg_puts(b, first ? "nothing )" : " )");
+}
+
+static void body_of(struct jc *c, const cJSON *node, unsigned self, struct rxg_buf *b)
+{
+    unsigned kinds = check_keywords(c, node);
+    if (c->st != ATTND_OK) return;
+    unsigned asserts = kinds & ~((1u << KW_ANNOT) | (1u << KW_ID));
+    if (kinds & (1u << KW_REF)) {
+        if (asserts & ~(1u << KW_REF))
+            return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"$ref\" together with \"%s\" is not supported",
+                           first_of(node, asserts & ~(1u << KW_REF)));
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(node, "$ref");
+        if (!cJSON_IsString(ref)) return jc_fail(c, ATTND_ERR_INVALID, "\"$ref\" must be a string");
+        const cJSON *target = resolve_ref(c, ref->valuestring);
+        if (target) rxg_printf(b, "s%u", compile(c, target));
+        return;
+    }
+    if (kinds & (1u << KW_ENUM)) {
+        unsigned other = asserts & ~((1u << KW_ENUM) | (1u << KW_TYPE));
+        if (other)
+            return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"enum\"/\"const\" together with \"%s\" is not supported",
+                           first_of(node, other));
+        unsigned types = schema_types(c, node);
+        if (c->st == ATTND_OK) enum_body(c, node, types, b);
+        return;
+    }
+    if (kinds & (1u << KW_ANY)) {
+        if (asserts & ~(1u << KW_ANY))
+            return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"anyOf\"/\"oneOf\" together with \"%s\" is not supported",
+                           first_of(node, asserts & ~(1u << KW_ANY)));
+        return any_body(c, node, b);
+    }
+    unsigned types = schema_types(c, node);
+    unsigned specific = (1u << KW_OBJ) | (1u << KW_ARR) | (1u << KW_STR) | (1u << KW_NUM);
+    if (c->st != ATTND_OK) return;
+    if (types == T_ALL && !(asserts & specific)) rxg_puts(b, "value");
+    else typed_body(c, node, self, types, b);
+}
+
+/* The id of node's rule s<id>, compiled on first use (memoized: recursion refers to the rule
+ * being written). Returns 0 after a failure (the caller's text is discarded then). */
+static unsigned compile(struct jc *c, const cJSON *node)
+{
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].node == node) return c->memo[i].id;
+    if (c->st != ATTND_OK) return 0;
+    if (c->depth >= JSG_MAX_DEPTH) {
+        jc_fail(c, ATTND_ERR_RANGE, "subschemas nested deeper than %d", JSG_MAX_DEPTH);
+        return 0;
+    }
+    if (c->n_memo == c->cap_memo) {
+        size_t nc = c->cap_memo ? c->cap_memo * 2 : 32;
+        struct memo *nm = realloc(c->memo, nc * sizeof *nm);
+        if (!nm) {
+            jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+            return 0;
+        }
+        c->memo = nm;
+        c->cap_memo = nc;
+    }
+    unsigned id = c->next_id++;
+    c->memo[c->n_memo++] = (struct memo){node, id};
+    struct rxg_buf body = {0};
+    c->depth++;
+    if (cJSON_IsBool(node)) rxg_puts(&body, cJSON_IsTrue(node) ? "value" : "nothing");
+    else if (!cJSON_IsObject(node)) jc_fail(c, ATTND_ERR_INVALID, "a schema must be an object or a boolean");
+    else body_of(c, node, id, &body);
+    c->depth--;
+    if (body.oom || c->rules.oom) jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+    if (c->rules.n + body.n > JSG_MAX_GBNF)
+        jc_fail(c, ATTND_ERR_RANGE, "the schema's grammar is larger than %zu bytes", JSG_MAX_GBNF);
+    if (c->st == ATTND_OK) rxg_printf(&c->rules, "s%u ::= %s\n", id, body.p);
+    free(body.p);
+    return id;
+}
+
+/* ---- entry points ---- */
+
+attnd_status jsg_to_gbnf(const char *schema, size_t len, char **gbnf, char *err, size_t errlen)
+{
+    *gbnf = NULL;
+    struct jc c = {.err = err, .errlen = errlen};
+    if (len > JSG_MAX_SCHEMA) {
+        jc_fail(&c, ATTND_ERR_RANGE, "schema text over %zu bytes", JSG_MAX_SCHEMA);
+        return c.st;
+    }
+    cJSON *root = cJSON_ParseWithLength(schema, len);
+    if (!root) {
+        jc_fail(&c, ATTND_ERR_INVALID, "the schema is not valid JSON");
+        return c.st;
+    }
+    c.root = root;
+    unsigned id = compile(&c, root);
+    if (c.st == ATTND_OK) {
+        rxg_printf(&c.rules, "root ::= s%u\n", id);
+        rxg_put(&c.rules, COMMON, sizeof COMMON - 1);
+        if (c.rules.oom) jc_fail(&c, ATTND_ERR_NOMEM, "out of memory");
+    }
+    cJSON_Delete(root);
+    free(c.memo);
+    if (c.st != ATTND_OK) {
+        free(c.rules.p);
+        return c.st;
+    }
+    *gbnf = c.rules.p;
+    return ATTND_OK;
+}
+
+attnd_status jsg_compile(const char *schema, size_t len, struct gram **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char *text = NULL, why[256] = "";
+    attnd_status st = jsg_to_gbnf(schema, len, &text, err, errlen);
+    if (st != ATTND_OK) return st;
+    st = gbnf_parse(text, strlen(text), out, why, sizeof why);
+    free(text);
+    if (st == ATTND_OK || !err || !errlen) return st;
+    if (strstr(why, "admits no string")) snprintf(err, errlen, "json schema: no JSON value satisfies the schema");
+    else if (strstr(why, "left-recursive"))
+        snprintf(err, errlen, "json schema: a $ref cycle that never reaches an object or array (%s)", why);
+    else snprintf(err, errlen, "json schema: %s", why);
+    return st;
+}
+
+attnd_status jsg_json_object(struct gram **out, char *err, size_t errlen)
+{
+    static const char head[] = "root ::= object\n";
+    char *text = malloc(sizeof head + sizeof COMMON);
+    if (!text) return ATTND_ERR_NOMEM;
+    memcpy(text, head, sizeof head - 1);
+    memcpy(text + sizeof head - 1, COMMON, sizeof COMMON);
+    attnd_status st = gbnf_parse(text, strlen(text), out, err, errlen);
+    free(text);
+    return st;
+}
