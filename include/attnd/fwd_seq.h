@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 struct kv_seq;
+struct iv_set;
 
 /* One sequence's share of a step. */
 struct fwd_seq {
@@ -17,6 +18,9 @@ struct fwd_seq {
     int n;
     float *logits;         /* NULL, or n_vocab floats for the last token (n * n_vocab if all_logits) */
     bool all_logits;
+    struct iv_set *iv;     /* NULL, or the request's interventions (intervene.h), applied to this
+                              sequence's rows only (the CPU backend; the scheduler keeps them off
+                              others) */
 };
 
 #endif

@@ -31,7 +31,7 @@
  *      back to the free list.
  *
  * Prefix cache key: a full block's hash is chained, h = kv_hash_block(parent's h, its 16
- * token ids) with KV_HASH_ROOT for the first block. A hash hit is only used after the 16
+ * token ids) with KV_HASH_ROOT (or a key's root: kv_seq_create_keyed) for the first block. A hash hit is only used after the 16
  * token ids AND the parent (the exact physical block matched one step earlier, still holding
  * the same content) compare equal, so a 64-bit collision can never splice wrong K/V into a
  * sequence. If a committed block duplicates one already cached (two identical prompts
@@ -149,6 +149,12 @@ attnd_status kv_check_fits(const struct kv_cache *c, size_t n_tokens);
  * kv_destroy. */
 attnd_status kv_seq_create(struct kv_cache *c, const int32_t *prompt, size_t n_prompt, size_t max_tokens,
                            struct kv_seq **out, size_t *n_cached);
+/* kv_seq_create under a key: the sequence's blocks are found by, and found for, sequences of the
+ * same key only (key 0 is kv_seq_create's). The key is mixed into the root of the hash chain and
+ * a first block is matched on it too, so blocks computed under different interventions (the key:
+ * their fingerprint, intervene.h) never meet. */
+attnd_status kv_seq_create_keyed(struct kv_cache *c, uint64_t key, const int32_t *prompt, size_t n_prompt,
+                                 size_t max_tokens, struct kv_seq **out, size_t *n_cached);
 
 /* Drops the sequence's references (last block first, so the tail of a cached prefix is
  * evicted before its head) and frees it. Use it to finish, cancel or pre-empt a request.

@@ -21,6 +21,7 @@
 #include "attnd/stopstr.h"
 #include "attnd/tensor.h"
 
+struct iv_set;
 struct model;
 struct tokenizer;
 struct sched;
@@ -53,6 +54,10 @@ struct sched_request {
     int n_stops;
     bool ignore_eos;            /* keep generating past end-of-generation tokens */
     int logprobs;               /* 0..SCHED_MAX_LOGPROBS top alternatives per generated token */
+    const struct iv_set *iv;    /* NULL, or interventions (intervene.h, made for this model), copied:
+                                   applied to this request's rows only; its KV blocks are shared
+                                   only with requests of identical interventions (none for
+                                   head_mean). Needs the CPU backend (else ATTND_ERR_INVALID). */
 };
 
 enum sched_event_kind { SCHED_EV_TOKEN = 0, SCHED_EV_DONE = 1, SCHED_EV_ERROR = 2 };

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/intervene.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/sched.h"
@@ -122,6 +123,15 @@ static int read_stop(const struct api_field_ctx *x, const cJSON *it, char *err, 
     return 0;
 }
 
+/* interventions: an array of them (intervene.h) for this model into the job's iv. */
+static int read_interventions(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    struct job_params *p = x->dst;
+    attnd_status st = iv_parse_json(it, &x->e->model->hp, sched_n_ctx(x->e->sched), "interventions", &p->iv, err,
+                                    errlen);
+    return st ? api_status_code(st, false) : 0;
+}
+
 /* Offset of the first NUL in the body, raw or written as the escape \u0000 inside a string, or
  * -1. cJSON keeps strings NUL-terminated, so such a key or value would silently be cut there
  * ("prompt\u0000x" would read as "prompt"). *n_commas gets the commas outside strings (up to
@@ -147,6 +157,7 @@ const struct api_field api_sampling_fields[] = {
     {"seed", FIELD_U53, SP(seed), 0, MAX_SEED, JP(seed_given), NULL},
     {"stop", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_stop},
     {"ignore_eos", FIELD_BOOL, JP(req.ignore_eos), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"interventions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_interventions},
     FIELD_END,
 };
 

@@ -27,8 +27,10 @@ static void put_usage_timings(struct api_buf *b, const struct job_choice *c)
 {
     double pps = c->prompt_ms > 0 ? c->prompt_tokens / (c->prompt_ms / 1e3) : 0;
     double gps = c->generation_ms > 0 ? c->completion_tokens / (c->generation_ms / 1e3) : 0;
-    api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d},", c->prompt_tokens,
+    api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", c->prompt_tokens,
                    c->completion_tokens, c->prompt_tokens + c->completion_tokens);
+    if (c->job->n_interventions) api_buf_printf(b, ",\"interventions\":%d", c->job->n_interventions);
+    api_buf_puts(b, "},");
     api_buf_printf(b,
                    "\"timings\":{\"queue_ms\":%.3f,\"prompt_ms\":%.3f,\"generation_ms\":%.3f,"
                    "\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f}",

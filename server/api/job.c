@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "attnd/check.h"
+#include "attnd/intervene.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
@@ -28,6 +29,8 @@ void job_params_free(struct job_params *p)
 {
     for (int i = 0; i < p->n_prompts; i++) free(p->prompts[i]);
     p->n_prompts = 0;
+    iv_destroy(p->iv);
+    p->iv = NULL;
 }
 
 void job_id_str(const struct api_job *j, char *buf, size_t cap)
@@ -311,6 +314,7 @@ static struct api_job *job_create(struct api_conn *c, const struct api_engine *e
     snprintf(j->model, sizeof j->model, "%s", e->model->name ? e->model->name : "model");
     j->n_prompts = p->n_prompts;
     j->n_choices = p->n_prompts * p->n;
+    j->n_interventions = p->iv ? p->iv->n : 0;
     bool oom = false;
     for (int i = 0; i < p->n_prompts; i++) {
         j->prompts[i] = p->prompts[i];
@@ -339,6 +343,7 @@ static int submit(struct api_job *j, const struct api_engine *e, const struct jo
     req.prompt = ch->prompt;
     req.n_prompt = ch->n_prompt;
     req.stops = p->stops;
+    req.iv = p->iv; /* sched_submit copies it */
     req.logprobs = p->logprobs < 0 ? 0 : p->logprobs ? p->logprobs : 1; /* 1: the chosen token's own */
     req.sampling.seed = (seed0 + (uint64_t)(i % p->n)) & ((1ull << 53) - 1);
     if (!p->max_given) {

@@ -48,6 +48,8 @@ struct job_params {
     int32_t *prompts[JOB_MAX_CHOICES];  /* malloc'd, owned here: job_run() and job_params_free() free them */
     size_t n_prompt[JOB_MAX_CHOICES];
     int n_prompts;
+    struct iv_set *iv;                  /* "interventions" (intervene.h), or NULL: owned here, freed by
+                                           job_params_free(); each choice's request gets a copy */
 };
 
 /* Zeroes p with the server's sampling defaults, n 1, no logprobs. */
@@ -127,6 +129,7 @@ struct api_job {
     size_t echo_len[JOB_MAX_CHOICES];
     int n_prompts;
     int prompt_tokens;         /* each distinct prompt once */
+    int n_interventions;       /* the request's, shown in its usage */
     bool failed, closed, oom;  /* closed: the stream has its end */
     int n_events;              /* stream events sent (for the APIs that number them) */
     int err_code;

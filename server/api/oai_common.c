@@ -151,8 +151,10 @@ static void put_usage(struct api_buf *b, const struct api_job *j)
 {
     int comp = 0;
     for (int i = 0; i < j->n_choices; i++) comp += j->ch[i].completion_tokens;
-    api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", j->prompt_tokens,
+    api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", j->prompt_tokens,
                    comp, j->prompt_tokens + comp);
+    if (j->n_interventions) api_buf_printf(b, ",\"interventions\":%d", j->n_interventions);
+    api_buf_puts(b, "}");
 }
 
 /* A token's text (special tokens rendered, so EOS shows) into buf; returns its length. */

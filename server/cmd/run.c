@@ -1,10 +1,11 @@
 /* run.c - `attnd run`: generate text from a prompt on the command line.
  *   attnd run -m MODEL.gguf -p "prompt" [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
  *             [--repeat-penalty R] [--seed S] [--stop STR]... [--tokens 1,2,3] [--ignore-eos]
- *             [--special] [--threads N] [--ctx N] [--json]
+ *             [--special] [--threads N] [--ctx N] [--json] [--intervene FILE]
  * Streams the generated text to stdout (prompt and generation speed on stderr), or with
  * --json prints one object with the prompt tokens, generated tokens, text, finish reason and
- * timings. */
+ * timings. --intervene FILE: a JSON array of interventions (intervene.h; the API's "interventions"
+ * field) applied to the whole run, on the CPU backend, the prompt evaluated in one step. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 #include "attnd/check.h"
 #include "attnd/forward.h"
 #include "attnd/genstep.h"
+#include "attnd/intervene.h"
+#include "attnd/kvcache.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
@@ -56,15 +59,42 @@ struct run_times {
     double pp_s, tg_s; /* prompt and generation wall time */
 };
 
+/* What the run evaluates on: the context's private sequence, or with interventions a cache and
+ * sequence of its own whose steps carry them (fwd_eval's steps carry none). */
+struct run_eng {
+    struct fwd_ctx *c;
+    struct iv_set *iv;
+    struct kv_cache *kv;
+    struct kv_seq *seq;
+    int n_ctx;
+};
+
+/* n tokens appended and run, the last one's logits into logits (the prompt in one step: the
+ * context's n_batch is the whole context when there are interventions). */
+static attnd_status eng_eval(struct run_eng *e, const int32_t *t, int n, float *logits)
+{
+    if (!e->iv) return fwd_eval(e->c, t, n, false, logits);
+    if (n > e->n_ctx - (int)kv_seq_len(e->seq)) return ATTND_ERR_RANGE;
+    attnd_status st = kv_seq_append(e->seq, t, (size_t)n);
+    if (st) return st;
+    const struct fwd_seq fs = {.kv = e->seq, .tokens = t, .n = n, .logits = logits, .iv = e->iv};
+    return fwd_eval_batch(e->c, e->kv, &fs, 1);
+}
+
+static int eng_full(const struct run_eng *e)
+{
+    return e->iv ? (int)kv_seq_len(e->seq) >= e->n_ctx : fwd_n_past(e->c) >= fwd_n_ctx(e->c);
+}
+
 /* The generation loop: the prompt in one evaluation, then one generation step (genstep.h) and
  * one decode evaluation per token until a stop, n_predict tokens or a full context. Generated
  * ids go to gen[*ng], text to out, the reason to *finish. Returns 1 (message printed) if an
  * evaluation failed. */
-static int generate(struct fwd_ctx *c, struct gen *g, const int32_t *ptoks, size_t np, long n_predict, float *logits,
+static int generate(struct run_eng *c, struct gen *g, const int32_t *ptoks, size_t np, long n_predict, float *logits,
                     int32_t *gen, size_t *ng, struct sink *out, const char **finish, struct run_times *rt)
 {
     double t0 = check_now_s();
-    if (fwd_eval(c, ptoks, (int)np, false, logits)) {
+    if (eng_eval(c, ptoks, (int)np, logits)) {
         fprintf(stderr, "attnd run: evaluation failed\n");
         return 1;
     }
@@ -78,8 +108,8 @@ static int generate(struct fwd_ctx *c, struct gen *g, const int32_t *ptoks, size
         gen[(*ng)++] = gt.id;
         emit(out, gt.text, gt.len);
         if (gt.end == GEN_STOP) *finish = "stop";
-        if (gt.end != GEN_MORE || fwd_n_past(c) >= fwd_n_ctx(c)) break;
-        if (fwd_eval(c, &gen[*ng - 1], 1, false, logits)) {
+        if (gt.end != GEN_MORE || eng_full(c)) break;
+        if (eng_eval(c, &gen[*ng - 1], 1, logits)) {
             fprintf(stderr, "attnd run: evaluation failed\n");
             return 1;
         }
@@ -162,7 +192,7 @@ static int load_inputs(const char *model_path, const char *prompt, const char *t
 
 /* Everything the command line sets. */
 struct run_args {
-    const char *model_path, *prompt, *tokens_arg;
+    const char *model_path, *prompt, *tokens_arg, *intervene;
     struct {
         const char *v[MAX_STOPS];
         int n;
@@ -209,6 +239,8 @@ static int parse_args(struct run_args *A, int argc, char **argv)
         CLI_THREADS_OPT(CLI_LONG, &A->threads, 256),
         {CLI_OPT("--ctx", NULL, CLI_LONG, &A->n_ctx, "N", "context, tokens (default: prompt + N, at most the model's)"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--json", NULL, CLI_FLAG, &A->json, NULL, "print one JSON object instead of streaming the text")},
+        {CLI_OPT("--intervene", NULL, CLI_STR, &A->intervene, "FILE",
+                 "a JSON array of interventions (head_scale, head_mean, steer, skip; docs/API.md) applied to the run")},
         CLI_BACKEND_OPTS(&A->backend, &A->vk_device),
         CLI_HELP_OPT,
         {.type = CLI_END},
@@ -230,6 +262,77 @@ static int parse_args(struct run_args *A, int argc, char **argv)
     return CLI_GO;
 }
 
+/* --intervene's file into *iv for m, a context of ctx positions and a prompt of np tokens.
+ * Returns 0, or 2 (message printed). */
+static int load_interventions(const char *path, const struct model *m, long ctx, size_t np, struct iv_set **iv)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL, err[512];
+    size_t n = 0;
+    int rc = 2;
+    if (!f) {
+        fprintf(stderr, "attnd run: cannot open %s\n", path);
+        return 2;
+    }
+    for (size_t cap = 0, got; cap < (64u << 20); n += got) { /* at most 64 MiB */
+        if (n == cap) {
+            char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+            if (!nb) break;
+            buf = nb;
+        }
+        if (!(got = fread(buf + n, 1, cap - n, f))) break;
+    }
+    fclose(f);
+    cJSON *root = buf ? cJSON_ParseWithLength(buf, n) : NULL;
+    if (!root) fprintf(stderr, "attnd run: %s is not valid JSON\n", path);
+    else if (iv_parse_json(root, &m->hp, (int)ctx, "interventions", iv, err, sizeof err))
+        fprintf(stderr, "attnd run: %s: %s\n", path, err);
+    else rc = 0;
+    if (*iv) (*iv)->n_prompt = np;
+    cJSON_Delete(root);
+    free(buf);
+    return rc;
+}
+
+/* The forward context, and with interventions the cache and sequence they run on (the CPU
+ * backend; auto means the CPU then). Returns 0, or 1 (message printed). */
+static int eng_open(struct run_eng *e, const struct model *m, struct fwd_opts fo)
+{
+    if (e->iv) {
+        if (fo.backend == FWD_BACKEND_AUTO) fo.backend = FWD_BACKEND_CPU;
+        e->n_ctx = fo.n_ctx;
+        fo.n_batch = fo.n_ctx < (1 << 16) ? fo.n_ctx : (1 << 16); /* the prompt in one step (head_mean) */
+        fo.n_ctx = -1;
+    }
+    if (fwd_create(m, &fo, &e->c)) {
+        fprintf(stderr, "attnd run: cannot create the forward context: %s\n",
+                fwd_backend_error()[0] ? fwd_backend_error() : "out of memory");
+        return 1;
+    }
+    if (!e->iv) return 0;
+    if (strcmp(fwd_backend_name(e->c), "cpu") != 0) {
+        fprintf(stderr, "attnd run: --intervene needs the CPU backend\n");
+        return 1;
+    }
+    const struct model_hparams *hp = &m->hp;
+    struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, kv_blocks_for_tokens((size_t)e->n_ctx));
+    ko.type = TENSOR_F32;
+    size_t cached;
+    if (kv_create(&ko, &e->kv) || kv_seq_create(e->kv, NULL, 0, (size_t)e->n_ctx, &e->seq, &cached)) {
+        fprintf(stderr, "attnd run: out of memory for the KV cache\n");
+        return 1;
+    }
+    return 0;
+}
+
+static void eng_close(struct run_eng *e)
+{
+    kv_seq_destroy(e->seq);
+    kv_destroy(e->kv);
+    fwd_destroy(e->c);
+    iv_destroy(e->iv);
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_args A;
@@ -244,7 +347,7 @@ int cmd_run(int argc, char **argv)
 
     struct model *m = NULL;
     struct tokenizer *tok = NULL;
-    struct fwd_ctx *c = NULL;
+    struct run_eng eng = {0};
     struct gen *g = NULL;
     int32_t *ptoks = NULL, *gen = NULL;
     size_t np = 0, ng = 0;
@@ -264,13 +367,11 @@ int cmd_run(int argc, char **argv)
     }
     struct fwd_opts fo = {.n_ctx = (int)ctx, .n_threads = (int)threads, .backend = (enum fwd_backend)backend,
                           .vk_device = vk_device};
+    if (A.intervene && (rc = load_interventions(A.intervene, m, ctx, np, &eng.iv))) goto done;
+    rc = 1;
     logits = malloc((size_t)V * sizeof(float));
     gen = malloc(((size_t)n_predict + 1) * sizeof *gen);
-    if (logits && gen && fwd_create(m, &fo, &c)) {
-        fprintf(stderr, "attnd run: cannot create the forward context: %s\n",
-                fwd_backend_error()[0] ? fwd_backend_error() : "out of memory");
-        goto done;
-    }
+    if (logits && gen && eng_open(&eng, m, fo)) goto done;
     const struct gen_opts go = {.sampling = sp, .stops = stops, .n_stops = n_stops, .ignore_eos = ignore_eos,
                                 .decode_flags = special ? TOK_DECODE_SPECIAL : 0, .max_tokens = (int)n_predict};
     if (!logits || !gen || gen_create(tok, V, &go, &g)) {
@@ -279,8 +380,8 @@ int cmd_run(int argc, char **argv)
     }
     gen_accept_context(g, ptoks, np);
     struct run_times rt;
-    if (generate(c, g, ptoks, np, n_predict, logits, gen, &ng, &out, &finish, &rt)) goto done;
-    report(&out, c, ptoks, np, gen, ng, finish, &rt);
+    if (generate(&eng, g, ptoks, np, n_predict, logits, gen, &ng, &out, &finish, &rt)) goto done;
+    report(&out, eng.c, ptoks, np, gen, ng, finish, &rt);
     rc = 0;
 done:
     free(out.buf);
@@ -288,7 +389,7 @@ done:
     free(gen);
     free(ptoks);
     gen_destroy(g);
-    fwd_destroy(c);
+    eng_close(&eng);
     tok_destroy(tok);
     model_destroy(m);
     return rc;

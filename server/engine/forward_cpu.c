@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "attnd/check.h"
+#include "attnd/intervene.h"
 #include "attnd/kvcache.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_tune.h"
@@ -57,6 +58,8 @@ struct fwd_cpu {
     float *fa2_scratch;
     size_t fa2_scratch_n;
     float *logits; /* (logit_rows, V) gathered logits of a multi-sequence step */
+    bool iv_any;   /* the step holds a sequence with interventions (intervene.h) */
+    float *iv_attn; /* (B, d) skip residual: those rows' attention output, made on first use */
     float **logit_to; /* (logit_rows) where each row goes */
     size_t logit_rows;
     char device[96]; /* "cpu (avx2)" */
@@ -87,6 +90,7 @@ static void cpu_destroy(void *state)
     free(c->fa2_scratch);
     free(c->logits);
     free(c->logit_to);
+    free(c->iv_attn);
     free(c->rope_inv_freq);
     free(c);
 }
@@ -385,6 +389,9 @@ static attnd_status step_prepare(struct fwd_cpu *c, const struct fwd_step *s, st
     fa->scratch = c->fa2_scratch;
     const size_t half = (size_t)hp->n_rot / 2;
     for (int t = 0; t < s->n_tokens; t++) rope_row(c->rope_inv_freq, half, s->pos[t], c->rope_cs + (size_t)t * half * 2);
+    if (c->iv_any && !c->iv_attn &&
+        !(c->iv_attn = malloc((size_t)c->n_batch * (size_t)hp->n_embd * sizeof(float))))
+        return ATTND_ERR_NOMEM;
     if (s->n_seqs > 1 && s->n_logit_rows > c->logit_rows) {
         float *nl = realloc(c->logits, s->n_logit_rows * V * sizeof(float));
         if (nl) c->logits = nl;
@@ -518,22 +525,34 @@ static void rope_store(struct fwd_cpu *c, const struct fwd_step *s, int l)
     else rope_run(&j, 0, 1);
 }
 
-/* 2a. x += W_o · FA2(RoPE(q), RoPE(k), v) over each sequence's cache, q/k/v from RMSNorm(x). */
-static void attention_block(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
+/* 2a. z = FA2(RoPE(q), RoPE(k), v) over each sequence's cache, q/k/v from RMSNorm(x) ... */
+static void attention_z(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
 {
     const struct model_layer *L = &c->m->layers[l];
-    const size_t T = (size_t)s->n_tokens, nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
-    const struct fwd_probe *pr = s->probe;
+    const size_t T = (size_t)s->n_tokens;
     qkv(c, L, T, norm_prepare(c, L->attn_norm, qkv_shared(L), L->wq.type, T));
     rope_store(c, s, l);
     fa->k = kv_k_base(s->kv, l);
     fa->v = kv_v_base(s->kv, l);
     fa2_attend(c->pool, fa);
+}
+
+/* ... x += z·Woᵀ (added by the next norm_prepare). */
+static void attention_out(struct fwd_cpu *c, const struct fwd_step *s, int l)
+{
+    const size_t T = (size_t)s->n_tokens, nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
+    const struct fwd_probe *pr = s->probe;
     if (pr->att && l == pr->layer)
         for (size_t t = 0; t < T; t++)
             memcpy(pr->att + (size_t)s->pos[t] * nq, c->att + t * nq, nq * sizeof(float));
-    matmul(c, &L->wo, c->att, T, c->h, NULL);
+    matmul(c, &c->m->layers[l].wo, c->att, T, c->h, NULL);
     c->pending = c->h; /* x += h in the next norm_prepare */
+}
+
+static void attention_block(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
+{
+    attention_z(c, s, l, fa);
+    attention_out(c, s, l);
 }
 
 /* 2b. x += W_down · (silu(W_gate·h) ⊙ W_up·h), h = RMSNorm(x). */
@@ -560,6 +579,50 @@ static void mlp_block(struct fwd_cpu *c, const struct model_layer *L, size_t T)
         matmul(c, &L->w_down, c->gate, T, c->h, NULL);
     }
     c->pending = c->h; /* x += h in the next norm_prepare */
+}
+
+/* ---- interventions (intervene.h) ------------------------------------------------------------ */
+
+/* Hook point `at` of layer l for every sequence of the step whose interventions use it, on its
+ * rows only. At IV_AT_ATTN_OUT / IV_AT_MLP_OUT the block's output is c->h (pending), x holds the
+ * stream before it. */
+static void iv_hook(struct fwd_cpu *c, const struct fwd_step *s, int l, unsigned at)
+{
+    const size_t d = (size_t)c->m->hp.n_embd, nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
+    bool any = false;
+    for (int i = 0; i < s->n_seqs; i++) any |= (iv_layer_hooks(s->seqs[i].iv, l) & at) != 0;
+    if (!any) return;
+    if (at == IV_AT_RESID_PRE) flush_pending(c, (size_t)s->n_tokens); /* x = resid_pre now */
+    for (int i = 0, t = 0; i < s->n_seqs; t += s->seqs[i].n, i++) {
+        struct iv_set *iv = s->seqs[i].iv;
+        if (!(iv_layer_hooks(iv, l) & at)) continue;
+        const int n = s->seqs[i].n;
+        const size_t rows = (size_t)n * d * sizeof(float), r0 = (size_t)t * d;
+        switch (at) {
+        case IV_AT_RESID_PRE: iv_apply_resid_pre(iv, l, c->x + r0, s->pos + t, n); break;
+        case IV_AT_Z: iv_apply_z(iv, l, c->att + (size_t)t * nq, nq, s->pos + t, n); break;
+        case IV_AT_ATTN_OUT:
+            if (iv_skips(iv, l, IV_PART_ATTN)) memset(c->h + r0, 0, rows);
+            if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->iv_attn + r0, c->h + r0, rows);
+            break;
+        case IV_AT_MLP_OUT: /* x = resid_pre + attn_out here */
+            if (iv_skips(iv, l, IV_PART_MLP)) memset(c->h + r0, 0, rows);
+            if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->x + r0, c->iv_attn + r0, rows); /* + mlp_out next */
+            break;
+        }
+    }
+}
+
+/* One layer of a step that holds interventions: the same blocks with the hooks between them. */
+static void intervened_layer(struct fwd_cpu *c, const struct fwd_step *s, int l, struct fa2_args *fa)
+{
+    iv_hook(c, s, l, IV_AT_RESID_PRE);
+    attention_z(c, s, l, fa);
+    iv_hook(c, s, l, IV_AT_Z);
+    attention_out(c, s, l);
+    iv_hook(c, s, l, IV_AT_ATTN_OUT);
+    mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
+    iv_hook(c, s, l, IV_AT_MLP_OUT);
 }
 
 /* The residual-stream probe: the stream after layer l at the probed position. */
@@ -609,12 +672,18 @@ static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
 {
     struct fwd_cpu *c = state;
     struct fa2_args fa;
+    c->iv_any = false;
+    for (int i = 0; i < s->n_seqs; i++) c->iv_any |= s->seqs[i].iv != NULL;
     attnd_status st = step_prepare(c, s, &fa);
     if (st) return st;
     embed(c, s);
     for (int l = 0; l < c->m->hp.n_layer; l++) {
-        attention_block(c, s, l, &fa);
-        mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
+        if (c->iv_any) { /* the one branch a plain step pays per layer */
+            intervened_layer(c, s, l, &fa);
+        } else {
+            attention_block(c, s, l, &fa);
+            mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
+        }
         if (s->probe->resid) flush_pending(c, (size_t)s->n_tokens);
         probe_resid(c, s, l);
     }

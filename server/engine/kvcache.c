@@ -22,7 +22,8 @@ enum { LIST_NONE = 0, LIST_FREE = 1, LIST_LRU = 2 };
  *   cached  ref == 0,  registered, on the LRU list (head = least recently used) */
 struct kv_block {
     uint64_t hash;          /* registered: kv_hash_block(parent_hash, tokens) */
-    uint64_t parent_hash;   /* registered: the parent's hash, KV_HASH_ROOT for a first block */
+    uint64_t parent_hash;   /* registered: the parent's hash; for a first block its key's root
+                               (KV_HASH_ROOT without a key) */
     uint64_t gen;           /* bumped whenever the block's content identity ends (free, evict) */
     uint64_t parent_gen;    /* registered: parent's gen when this block was registered */
     int32_t parent;         /* registered: parent block id, -1 for a first block */
@@ -46,6 +47,8 @@ struct kv_seq {
     size_t n_computed;           /* committed: K/V of [0, n_computed) are written */
     size_t n_table;              /* entries in table == kv_blocks_for_tokens(n_tokens) */
     size_t n_reg;                /* leading table entries that are registered blocks */
+    uint64_t root;               /* the parent hash of its first block: KV_HASH_ROOT, or keyed
+                                    (kv_seq_create_keyed) */
 };
 
 struct kv_cache {
@@ -238,12 +241,14 @@ static void index_remove(struct kv_cache *c, int32_t b)
 
 /* The registered block with this hash, parent (the exact block, still holding the content
  * it had when the child was registered) and token ids, or -1. */
-static int32_t index_find(const struct kv_cache *c, uint64_t hash, int32_t parent, const int32_t *tokens)
+static int32_t index_find(const struct kv_cache *c, uint64_t hash, int32_t parent, uint64_t root,
+                          const int32_t *tokens)
 {
     uint64_t pgen = parent >= 0 ? c->blocks[parent].gen : 0;
     for (int32_t b = c->buckets[(size_t)hash & c->bucket_mask]; b >= 0; b = c->blocks[b].hnext) {
         const struct kv_block *k = &c->blocks[b];
         if (k->hash != hash || k->parent != parent) continue;
+        if (parent < 0 && k->parent_hash != root) continue; /* a first block of another key */
         if (parent >= 0 && k->parent_gen != pgen) continue;
         if (memcmp(k->tokens, tokens, sizeof k->tokens) != 0) continue;
         return b;
@@ -421,8 +426,22 @@ static bool tokens_ok(const int32_t *t, size_t n)
     return true;
 }
 
+/* The root of a key's hash chains: KV_HASH_ROOT for key 0, never KV_HASH_ROOT otherwise. */
+static uint64_t key_root(uint64_t key)
+{
+    if (!key) return KV_HASH_ROOT;
+    uint64_t r = mix64(KV_HASH_ROOT ^ mix64(key));
+    return r == KV_HASH_ROOT ? r + 1 : r;
+}
+
 attnd_status kv_seq_create(struct kv_cache *c, const int32_t *prompt, size_t n_prompt, size_t max_tokens,
                            struct kv_seq **out, size_t *n_cached)
+{
+    return kv_seq_create_keyed(c, 0, prompt, n_prompt, max_tokens, out, n_cached);
+}
+
+attnd_status kv_seq_create_keyed(struct kv_cache *c, uint64_t key, const int32_t *prompt, size_t n_prompt,
+                                 size_t max_tokens, struct kv_seq **out, size_t *n_cached)
 {
     if (!c || !out || !n_cached || (n_prompt && !prompt)) return ATTND_ERR_INVALID;
     if (max_tokens == 0 || max_tokens < n_prompt) return ATTND_ERR_INVALID;
@@ -432,6 +451,7 @@ attnd_status kv_seq_create(struct kv_cache *c, const int32_t *prompt, size_t n_p
     struct kv_seq *s = calloc(1, sizeof *s);
     if (!s) return ATTND_ERR_NOMEM;
     s->c = c;
+    s->root = key_root(key);
     s->max_tokens = max_tokens;
     s->max_blocks = kv_blocks_for_tokens(max_tokens); /* <= n_blocks <= 2^30 */
     s->table = malloc(s->max_blocks * sizeof *s->table);
@@ -444,13 +464,13 @@ attnd_status kv_seq_create(struct kv_cache *c, const int32_t *prompt, size_t n_p
 
     /* Reuse leading full blocks, leaving at least the last prompt token to compute. */
     size_t n_look = n_prompt ? (n_prompt - 1) / KV_BLOCK_SIZE : 0;
-    uint64_t h = KV_HASH_ROOT;
+    uint64_t h = s->root;
     int32_t parent = -1;
     size_t k = 0;
     for (; k < n_look; k++) {
         const int32_t *t = prompt + k * KV_BLOCK_SIZE;
         uint64_t hk = cache_hash(c, h, t);
-        int32_t b = index_find(c, hk, parent, t);
+        int32_t b = index_find(c, hk, parent, s->root, t);
         if (b < 0) break;
         block_ref(c, b);
         s->table[k] = b;
@@ -514,7 +534,7 @@ attnd_status kv_seq_append(struct kv_seq *s, const int32_t *tokens, size_t n)
         ATTND_CHECK(k->ref == 1 && !k->registered && k->fill == pos % KV_BLOCK_SIZE);
         k->fill++;
         if (k->fill == KV_BLOCK_SIZE) {
-            uint64_t parent = bi ? s->hashes[bi - 1] : KV_HASH_ROOT;
+            uint64_t parent = bi ? s->hashes[bi - 1] : s->root;
             s->hashes[bi] = cache_hash(c, parent, s->tokens + bi * KV_BLOCK_SIZE);
         }
     }
@@ -533,7 +553,7 @@ attnd_status kv_seq_commit(struct kv_seq *s, size_t n_computed)
         int32_t b = s->table[i];
         int32_t parent = i ? s->table[i - 1] : -1;
         const int32_t *t = s->tokens + i * KV_BLOCK_SIZE;
-        int32_t e = index_find(c, s->hashes[i], parent, t);
+        int32_t e = index_find(c, s->hashes[i], parent, s->root, t);
         if (e >= 0) {
             /* An identical block is already cached (computed by another sequence in the same
              * step): share it and free ours. Both hold the same K/V. */
@@ -546,7 +566,7 @@ attnd_status kv_seq_commit(struct kv_seq *s, size_t n_computed)
         struct kv_block *k = &c->blocks[b];
         ATTND_CHECK(k->ref == 1 && !k->registered && k->fill == KV_BLOCK_SIZE);
         k->hash = s->hashes[i];
-        k->parent_hash = i ? s->hashes[i - 1] : KV_HASH_ROOT;
+        k->parent_hash = i ? s->hashes[i - 1] : s->root;
         k->parent = parent;
         k->parent_gen = parent >= 0 ? c->blocks[parent].gen : 0;
         memcpy(k->tokens, t, sizeof k->tokens);
@@ -683,7 +703,7 @@ static attnd_status check_seq_table(const struct kv_cache *c, const struct kv_se
                                     size_t errlen)
 {
     const size_t n = c->n_blocks;
-    uint64_t h = KV_HASH_ROOT;
+    uint64_t h = s->root;
     for (size_t i = 0; i < s->n_table; i++) {
         int32_t b = s->table[i];
         if (b < 0 || (size_t)b >= n) FAIL("table entry %zu = %d", i, (int)b);
@@ -768,7 +788,8 @@ static attnd_status check_blocks(const struct kv_cache *c, const int32_t *refs, 
             if (k->hash != cache_hash(c, k->parent_hash, k->tokens)) FAIL("block %zu hash mismatch", i);
             if (k->fill != KV_BLOCK_SIZE) FAIL("registered block %zu not full", i);
             if (k->parent >= 0 && (size_t)k->parent >= n) FAIL("block %zu parent %d", i, (int)k->parent);
-            if (k->parent < 0 && k->parent_hash != KV_HASH_ROOT) FAIL("first block %zu parent hash", i);
+            /* a first block's parent_hash is its key's root (KV_HASH_ROOT unkeyed): the hash check
+             * above covers it */
             bool live = k->parent < 0 ||
                         (c->blocks[k->parent].registered && c->blocks[k->parent].gen == k->parent_gen);
             if (live && k->parent >= 0 && c->blocks[k->parent].hash != k->parent_hash)

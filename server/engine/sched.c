@@ -29,6 +29,7 @@
 #include "attnd/check.h"
 #include "attnd/forward.h"
 #include "attnd/genstep.h"
+#include "attnd/intervene.h"
 #include "attnd/kvcache.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -46,6 +47,9 @@ struct req {
     int n_stops;
     bool ignore_eos;
     int logprobs;
+    struct iv_set *iv; /* its own copy of the interventions, or NULL */
+    uint64_t kv_key;   /* prefix-cache key (kv_seq_create_keyed): 0 plain, the interventions'
+                          fingerprint, or unique to the request with head_mean */
     sched_cb cb;
     void *ud;
     atomic_int cancelled;
@@ -116,6 +120,7 @@ static void req_free(struct req *r)
     gen_destroy(r->gen);
     free(r->toks);
     free(r->logits);
+    iv_destroy(r->iv);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r);
 }
@@ -248,7 +253,8 @@ static void admit(struct sched *s)
             gen_accept_context(r->gen, r->toks, r->n_toks);
         }
         size_t cached = 0;
-        attnd_status st = kv_seq_create(s->kv, r->toks, r->n_toks, r->n_prompt + (size_t)r->max_tokens, &r->kv, &cached);
+        attnd_status st = kv_seq_create_keyed(s->kv, r->kv_key, r->toks, r->n_toks, r->n_prompt + (size_t)r->max_tokens,
+                                              &r->kv, &cached);
         if (st) {
             send_error(r, st, st == ATTND_ERR_RANGE ? "the request needs more KV cache than the whole pool"
                                                     : "out of memory");
@@ -391,10 +397,11 @@ static int build_batch(struct sched *s, int *budget)
             size_t todo = r->n_toks - done;
             if (todo == 0) continue;
             int n = decode ? 1 : (int)(todo < (size_t)*budget ? todo : (size_t)*budget);
+            if (r->iv && (size_t)n < todo && !iv_means_ready(r->iv)) continue; /* head_mean: one chunk */
             if (reserve(s, r, done, n, nb)) continue;
             bool last_chunk = done + (size_t)n == r->n_toks;
             s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
-                                            .logits = last_chunk ? r->logits : NULL};
+                                            .logits = last_chunk ? r->logits : NULL, .iv = r->iv};
             s->batch_req[nb++] = r;
             *budget -= n;
         }
@@ -707,6 +714,37 @@ void sched_destroy(struct sched *s, int grace_ms)
     free(s);
 }
 
+/* What interventions need of the scheduler: the CPU backend, this model, and for head_mean a
+ * prompt that fits one step. Returns ATTND_OK or ATTND_ERR_INVALID with the reason in err. */
+static attnd_status iv_check(const struct sched *s, const struct sched_request *r, char *err, size_t errlen)
+{
+    if (!r->iv) return ATTND_OK;
+    if (strcmp(fwd_backend_name(s->fwd), "cpu") != 0) {
+        snprintf(err, errlen, "interventions need the CPU backend (this server runs on %s)", fwd_backend_name(s->fwd));
+        return ATTND_ERR_INVALID;
+    }
+    if (!iv_matches(r->iv, &s->m->hp)) {
+        snprintf(err, errlen, "the interventions were made for a model of other dimensions");
+        return ATTND_ERR_INVALID;
+    }
+    if (iv_has_head_mean(r->iv) && r->n_prompt > (size_t)s->o.n_batch) {
+        snprintf(err, errlen, "head_mean needs the whole prompt in one step: at most %d tokens (it has %zu)",
+                 s->o.n_batch, r->n_prompt);
+        return ATTND_ERR_INVALID;
+    }
+    return ATTND_OK;
+}
+
+/* q's own copy of r's interventions and its prefix-cache key (q->id is set). */
+static attnd_status iv_take(struct req *q, const struct sched_request *r)
+{
+    if (!r->iv) return ATTND_OK;
+    if (iv_clone(r->iv, &q->iv)) return ATTND_ERR_NOMEM;
+    q->iv->n_prompt = r->n_prompt;
+    q->kv_key = q->iv->fingerprint;
+    return ATTND_OK;
+}
+
 attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_cb cb, void *ud, uint64_t *id,
                           char *err, size_t errlen)
 {
@@ -727,7 +765,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
                  SCHED_MAX_LOGPROBS, SCHED_MAX_STOPS);
         return ATTND_ERR_INVALID;
     }
-    if (sampler_params_validate(&r->sampling, err, errlen)) return ATTND_ERR_INVALID;
+    if (sampler_params_validate(&r->sampling, err, errlen) || iv_check(s, r, err, errlen)) return ATTND_ERR_INVALID;
     if (r->n_prompt > (size_t)s->o.n_ctx || (size_t)r->max_tokens > (size_t)s->o.n_ctx - r->n_prompt) {
         snprintf(err, errlen, "the prompt (%zu tokens) plus max_tokens (%d) exceeds the context of %d tokens",
                  r->n_prompt, r->max_tokens, s->o.n_ctx);
@@ -738,6 +776,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
     q->toks = malloc((r->n_prompt + (size_t)r->max_tokens) * sizeof *q->toks);
     if (!q->toks) goto oom;
     memcpy(q->toks, r->prompt, r->n_prompt * sizeof *q->toks);
+    if (iv_take(q, r)) goto oom;
     q->n_toks = q->n_prompt = r->n_prompt;
     q->max_tokens = r->max_tokens;
     q->sampling = r->sampling;
@@ -764,6 +803,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
         return ATTND_ERR_UNSUPPORTED;
     }
     q->id = s->next_id++;
+    if (iv_has_head_mean(q->iv)) q->kv_key ^= q->id * 0x9e3779b97f4a7c15ULL | 1; /* its blocks: its own */
     if (s->tail) s->tail->next = q;
     else s->head = q;
     s->tail = q;
