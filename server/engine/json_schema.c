@@ -669,12 +669,28 @@ static unsigned compile(struct jc *c, const cJSON *node)
 
 /* ---- entry points ---- */
 
+/* Whether the JSON text holds a \u0000 escape (cJSON's strings end at a NUL, so such a string
+ * cannot be read whole). */
+static bool has_nul_escape(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 6 <= n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) return true;
+        i++; /* skip the escaped character, so "\\\\u0000" is not taken for one */
+    }
+    return false;
+}
+
 attnd_status jsg_to_gbnf(const char *schema, size_t len, char **gbnf, char *err, size_t errlen)
 {
     *gbnf = NULL;
     struct jc c = {.err = err, .errlen = errlen};
     if (len > JSG_MAX_SCHEMA) {
         jc_fail(&c, ATTND_ERR_RANGE, "schema text over %zu bytes", JSG_MAX_SCHEMA);
+        return c.st;
+    }
+    if (has_nul_escape(schema, len)) {
+        jc_fail(&c, ATTND_ERR_UNSUPPORTED, "strings holding a NUL character (\\u0000) are not supported");
         return c.st;
     }
     cJSON *root = cJSON_ParseWithLength(schema, len);
