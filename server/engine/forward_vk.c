@@ -780,6 +780,8 @@ static attnd_status download(struct vkf *v, const struct fwd_step *s, const stru
 static attnd_status vk_eval_batch(void *state, const struct fwd_step *s)
 {
     struct vkf *v = state;
+    for (int i = 0; i < s->n_seqs; i++) /* interventions (intervene.h) run on the CPU backend only */
+        if (s->seqs[i].iv) return ATTND_ERR_UNSUPPORTED;
     pthread_mutex_lock(v->e->lockp);
     struct dev_pools *P;
     size_t n_rows;

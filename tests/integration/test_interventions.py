@@ -7,7 +7,8 @@ generated token. Also: head_scale 1 and steer scale 0 give exactly the plain log
 request batched beside an intervened one gives what it gives alone; the prefix cache never
 hands KV computed under interventions to a plain request (nor the other way round) but shares it
 between identical ones; bad interventions answer 400 naming the field path; usage counts them on
-every completion route; `attnd run --intervene FILE` applies them too."""
+every completion route; `attnd run --intervene FILE` applies them too; the Vulkan backend
+refuses them with a 400 naming the CPU backend."""
 import base64
 import json
 import os
@@ -220,6 +221,22 @@ def check_run(ivs, served):
         os.unlink(f.name)
 
 
+def check_vulkan():
+    """The Vulkan backend refuses interventions with a 400 that says why; plain requests run."""
+    try:
+        vk = Daemon(MODEL, "--backend", "vulkan")
+    except Exception as e:  # no Vulkan device here: nothing to check
+        print(f"test_interventions: no Vulkan daemon ({e}); its check skipped")
+        return
+    try:
+        r = vk.post("/v1/generate", {"prompt": PROMPT, "max_tokens": 1, "interventions": CASES[1][1]})
+        c.check(r.status_code == 400 and "CPU backend" in r.text, f"vulkan: {r.status_code} {r.text[:200]}")
+        r = vk.post("/v1/generate", {"prompt": PROMPT, "max_tokens": 1})
+        c.check(r.status_code == 200, f"vulkan, plain: {r.status_code}")
+    finally:
+        c.check(vk.stop() == 0, "vulkan daemon exit status")
+
+
 d = Daemon(MODEL)
 try:
     results = {}
@@ -239,5 +256,6 @@ try:
     check_run(CASES[-1][1], results["mix"])
 finally:
     c.check(d.stop() == 0, "daemon exit status")
+check_vulkan()
 
 c.finish()
