@@ -66,6 +66,10 @@ int32_t gmatch_next(struct gmatch *m, int32_t s, uint8_t c);
 const int32_t *gmatch_row(struct gmatch *m, int32_t s);
 /* Whether state s accepts the end of input. */
 bool gmatch_final(const struct gmatch *m, int32_t s);
+/* Whether state s reads every "plain" character - a code point from U+0020 up other than '"',
+ * '\\' and U+007F, in any of its UTF-8 forms - and comes back to s (the inside of a free JSON
+ * string). Exact: every byte of every form is tried once (memoized); the answer is kept per state. */
+bool gmatch_plain_loop(struct gmatch *m, int32_t s);
 /* Number of parse stacks in state s (a cost figure). */
 size_t gmatch_n_stacks(const struct gmatch *m, int32_t s);
 

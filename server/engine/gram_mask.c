@@ -7,14 +7,18 @@
 
 #include "attnd/gram_match.h"
 #include "attnd/tokenizer.h"
+#include "attnd/utf8.h"
 
 /* A trie node in depth-first order: its subtree is [index, end). */
 struct tnode {
     uint32_t end;
-    uint32_t tok_begin; /* tokens whose bytes end here: sorted[tok_begin .. + n_tok) */
+    uint32_t tok_begin; /* the first token of the subtree in sorted[]; those ending here come first:
+                           sorted[tok_begin .. + n_tok) */
     uint16_t n_tok;
     uint16_t depth;     /* 1 for a child of the root */
     uint8_t byte;
+    uint8_t plain;      /* every token below continues, after this node, with whole "plain"
+                           characters only (gmatch_plain_loop) */
 };
 
 struct gmask_vocab {
@@ -104,6 +108,18 @@ static size_t lcp(const struct gmask_vocab *v, int32_t a, int32_t b)
     return i;
 }
 
+/* p[d] = 1 when b[d..len) is a sequence of whole plain characters (code points from U+0020 up,
+ * not '"', '\\' or U+007F), for d in [0, len]. */
+static void plain_suffixes(const uint8_t *b, size_t len, uint8_t *p)
+{
+    p[len] = 1;
+    for (size_t d = len; d-- > 0;) {
+        size_t k = utf8_seq_len((const char *)b + d, len - d);
+        uint32_t cp = k ? utf8_decode((const char *)b + d, k) : 0;
+        p[d] = k && cp >= 0x20 && cp != '"' && cp != '\\' && cp != 0x7f && p[d + k];
+    }
+}
+
 /* Builds the depth-first node array from the sorted ids. */
 static attnd_status build_trie(struct gmask_vocab *v)
 {
@@ -111,27 +127,30 @@ static attnd_status build_trie(struct gmask_vocab *v)
     for (size_t i = 0; i < v->n_sorted; i++) cap += v->off[v->sorted[i] + 1] - v->off[v->sorted[i]];
     v->nodes = malloc((cap ? cap : 1) * sizeof *v->nodes);
     size_t *path = malloc((v->max_depth + 1) * sizeof *path); /* node index at each depth */
-    if (!v->nodes || !path) {
+    uint8_t *plain = malloc(v->max_depth + 1);
+    if (!v->nodes || !path || !plain) {
         free(path);
+        free(plain);
         return ATTND_ERR_NOMEM;
     }
     size_t depth = 0;
     for (size_t i = 0; i < v->n_sorted; i++) {
         int32_t id = v->sorted[i];
+        const uint8_t *b = v->bytes + v->off[id];
         size_t len = v->off[id + 1] - v->off[id];
         size_t keep = i ? lcp(v, v->sorted[i - 1], id) : 0;
         while (depth > keep) v->nodes[path[depth--]].end = (uint32_t)v->n_nodes;
         for (; depth < len; depth++) {
-            struct tnode *n = &v->nodes[v->n_nodes];
-            *n = (struct tnode){0, 0, 0, (uint16_t)(depth + 1), v->bytes[v->off[id] + depth]};
+            v->nodes[v->n_nodes] = (struct tnode){0, (uint32_t)i, 0, (uint16_t)(depth + 1), b[depth], 1};
             path[depth + 1] = v->n_nodes++;
         }
-        struct tnode *last = &v->nodes[path[len]];
-        if (!last->n_tok) last->tok_begin = (uint32_t)i;
-        last->n_tok++;
+        v->nodes[path[len]].n_tok++;
+        plain_suffixes(b, len, plain);
+        for (size_t d = 1; d <= len; d++) v->nodes[path[d]].plain &= plain[d];
     }
     while (depth > 0) v->nodes[path[depth--]].end = (uint32_t)v->n_nodes;
     free(path);
+    free(plain);
     return ATTND_OK;
 }
 
@@ -234,6 +253,14 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
         int32_t t = rows[d - 1][n->byte];
         if (t == GMATCH_UNKNOWN) t = gmatch_next(m, state[d - 1], n->byte);
         if (t < 0) {
+            i = n->end;
+            continue;
+        }
+        if (n->end > i + 1 && n->plain && gmatch_plain_loop(m, t)) {
+            /* every token below reads whole plain characters from a state that loops on them */
+            uint32_t last = n->end < v->n_nodes ? nodes[n->end].tok_begin : (uint32_t)v->n_sorted;
+            for (uint32_t k = n->tok_begin; k < last; k++) mask[v->sorted[k] >> 6] |= 1ull << (v->sorted[k] & 63);
+            count += last - n->tok_begin;
             i = n->end;
             continue;
         }

@@ -18,6 +18,7 @@ struct mstate {
     uint32_t off, n; /* its frames (stack tops, sorted) in pool */
     int32_t *row;    /* (256) transitions, or NULL until first asked */
     uint64_t hash;
+    uint8_t plain;   /* gmatch_plain_loop: 0 not known yet, 1 yes, 2 no */
 };
 
 struct gmatch {
@@ -188,7 +189,7 @@ static int32_t state_intern(struct gmatch *m)
         return GMATCH_DEAD;
     }
     memcpy(m->pool + m->n_pool, m->scratch, n * sizeof *m->scratch);
-    m->states[m->n_states] = (struct mstate){(uint32_t)m->n_pool, (uint32_t)n, NULL, hash};
+    m->states[m->n_states] = (struct mstate){(uint32_t)m->n_pool, (uint32_t)n, NULL, hash, 0};
     m->n_pool += n;
     m->shash[h] = (uint32_t)m->n_states + 1;
     m->n_states++;
@@ -431,4 +432,69 @@ bool gmatch_accept_bytes(struct gmatch *m, const void *s, size_t n)
 bool gmatch_accepts_end(const struct gmatch *m)
 {
     return gmatch_final(m, m->cur);
+}
+
+/* The UTF-8 forms of the characters from U+0080 up: lead bytes and the ranges of the
+ * continuation bytes after them (RFC 3629: no overlongs, no surrogates). */
+static const struct {
+    uint8_t lead_lo, lead_hi, n;
+    uint8_t lo[3], hi[3];
+} UTF8_FORMS[] = {
+    {0xc2, 0xdf, 1, {0x80}, {0xbf}},
+    {0xe0, 0xe0, 2, {0xa0, 0x80}, {0xbf, 0xbf}},
+    {0xe1, 0xec, 2, {0x80, 0x80}, {0xbf, 0xbf}},
+    {0xed, 0xed, 2, {0x80, 0x80}, {0x9f, 0xbf}},
+    {0xee, 0xef, 2, {0x80, 0x80}, {0xbf, 0xbf}},
+    {0xf0, 0xf0, 3, {0x90, 0x80, 0x80}, {0xbf, 0xbf, 0xbf}},
+    {0xf1, 0xf3, 3, {0x80, 0x80, 0x80}, {0xbf, 0xbf, 0xbf}},
+    {0xf4, 0xf4, 3, {0x80, 0x80, 0x80}, {0x8f, 0xbf, 0xbf}},
+};
+
+#define PLAIN_SET_MAX 16
+
+/* Whether every byte c in [lo, hi] leads each state of set (n states) to a live state; the
+ * distinct results replace set. False when one dies or there are more than PLAIN_SET_MAX. */
+static bool step_set(struct gmatch *m, int32_t *set, size_t *n, unsigned lo, unsigned hi)
+{
+    int32_t out[PLAIN_SET_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++)
+        for (unsigned c = lo; c <= hi; c++) {
+            int32_t t = gmatch_next(m, set[i], (uint8_t)c);
+            if (t < 0) return false;
+            size_t j = 0;
+            while (j < k && out[j] != t) j++;
+            if (j == k) {
+                if (k == PLAIN_SET_MAX) return false;
+                out[k++] = t;
+            }
+        }
+    memcpy(set, out, k * sizeof *out);
+    *n = k;
+    return true;
+}
+
+/* The check behind gmatch_plain_loop. */
+static bool plain_loop(struct gmatch *m, int32_t s)
+{
+    for (unsigned c = 0x20; c < 0x7f; c++)
+        if (c != '"' && c != '\\' && gmatch_next(m, s, (uint8_t)c) != s) return false;
+    for (size_t f = 0; f < sizeof UTF8_FORMS / sizeof UTF8_FORMS[0]; f++) {
+        int32_t set[PLAIN_SET_MAX] = {s};
+        size_t n = 1;
+        if (!step_set(m, set, &n, UTF8_FORMS[f].lead_lo, UTF8_FORMS[f].lead_hi)) return false;
+        for (unsigned k = 0; k < UTF8_FORMS[f].n; k++)
+            if (!step_set(m, set, &n, UTF8_FORMS[f].lo[k], UTF8_FORMS[f].hi[k])) return false;
+        if (n != 1 || set[0] != s) return false;
+    }
+    return true;
+}
+
+bool gmatch_plain_loop(struct gmatch *m, int32_t s)
+{
+    if (!m->states[s].plain) {
+        bool yes = plain_loop(m, s);
+        m->states[s].plain = yes ? 1 : 2;
+    }
+    return m->states[s].plain == 1;
 }
