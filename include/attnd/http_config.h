@@ -15,6 +15,8 @@ struct http_config {
     int attention_max_tokens; /* longest token sequence /attention maps (longer: 413) */
     const char *api_key;      /* if not NULL/empty: every route but the open ones (the route table's
                                  open flag: /health and the playground's files) needs "Bearer KEY" */
+    const char *api_keys_file; /* if not NULL: one "name:key" per line, a tenant each (server/api/tenant.h);
+                                  not with api_key. Neither: single-user */
     int max_connections;      /* concurrent connections (each holds one thread) */
     int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
     int timeout_ms;           /* a connection with no bytes in either direction for this long is closed

@@ -31,6 +31,7 @@
 struct api_history;
 struct api_route;
 struct metrics;
+struct tenant_table;
 struct model;
 struct tokenizer;
 struct sched;
@@ -40,9 +41,9 @@ struct sched;
 enum api_state { API_STATE_LOADING = 0, API_STATE_READY = 1, API_STATE_STOPPING = 2 };
 
 struct http_server {
-    struct http_config cfg; /* host and api_key point at the copies below */
-    char *host, *api_key;
-    size_t api_key_len;
+    struct http_config cfg; /* host points at the copy below */
+    char *host;
+    struct tenant_table *tenants; /* the API keys (tenant.h); none: single-user */
     int listen_fd;          /* -1 once closed */
     int port;
     struct MHD_Daemon *mhd;
@@ -69,6 +70,7 @@ struct api_conn {
     struct http_server *srv;
     struct MHD_Connection *mc;
     const struct api_route *route; /* its line in the route table, NULL if none matched */
+    int tenant;             /* who made the request (tenant.h: tenant_of()), set before the handler runs */
     bool openai_errors;     /* errors answer in the OpenAI API's shape (the route's line says so) */
     char method[16];
     char path[128];

@@ -27,6 +27,7 @@
 #include "server/api/history.h"
 #include "server/api/metrics.h"
 #include "server/api/routes.h"
+#include "server/api/tenant.h"
 
 #define CONN_MEMORY_LIMIT (64 * 1024) /* per-connection buffer for headers and body chunks */
 #define BODY_DISCARD_MAX (64 * 1024)  /* bytes of an oversized chunked body read (and dropped) past the cap */
@@ -35,26 +36,19 @@
  * Admission and dispatch
  * ============================================================================================== */
 
-/* Constant-time in the length of the configured key: every byte of it is compared. */
-static bool key_matches(const struct http_server *srv, const char *given, size_t glen)
+/* The tenant whose key the request shows (tenant.h; TENANT_SINGLE when no key is configured),
+ * or -1 for a missing or wrong key. */
+static int request_tenant(struct api_conn *c)
 {
-    const unsigned char *k = (const unsigned char *)srv->api_key;
-    unsigned char diff = glen != srv->api_key_len;
-    for (size_t i = 0; i < srv->api_key_len; i++) diff |= (unsigned char)(k[i] ^ (i < glen ? (unsigned char)given[i] : 0));
-    return diff == 0;
-}
-
-static bool authorized(struct api_conn *c)
-{
-    const struct http_server *srv = c->srv;
-    if (!srv->api_key) return true;
+    const struct tenant_table *t = c->srv->tenants;
+    if (!tenant_count(t)) return TENANT_SINGLE;
     const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7)) return -1;
     h += 7;
     while (*h == ' ') h++;
     size_t n = strlen(h);
     while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
-    return key_matches(srv, h, n);
+    return tenant_match(t, h, n);
 }
 
 /* The 404 answer: names every route of the table. */
@@ -73,7 +67,8 @@ static enum MHD_Result no_route(struct api_conn *c)
 static enum MHD_Result admit(struct api_conn *c, const struct api_route *r, const char *method)
 {
     struct http_server *srv = c->srv;
-    if (!(r && (r->flags & ROUTE_OPEN)) && !authorized(c))
+    c->tenant = request_tenant(c); /* -1 on an open route without a good key: it reads no history */
+    if (!(r && (r->flags & ROUTE_OPEN)) && c->tenant < 0)
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");
     if (!r) return no_route(c);
     if (!api_route_allows(r, method))
@@ -323,6 +318,29 @@ static attnd_status create_metrics(struct http_server *srv)
     return metrics_create(&labels, &srv->metrics);
 }
 
+/* The tenant table: --api-key (one unnamed tenant) or --api-keys FILE, or none (single-user);
+ * the start-up log says which. */
+static attnd_status load_tenants(struct http_server *srv, const struct http_config *cfg, char *err, size_t errlen)
+{
+    bool one = cfg->api_key && cfg->api_key[0];
+    if (one && cfg->api_keys_file) {
+        snprintf(err, errlen, "give --api-key (or --api-key-file) or --api-keys, not both");
+        return ATTND_ERR_INVALID;
+    }
+    attnd_status st = tenant_table_create(&srv->tenants);
+    char why[256] = "";
+    if (!st && one && (st = tenant_add(srv->tenants, "", cfg->api_key, strlen(cfg->api_key), why, sizeof why)))
+        snprintf(err, errlen, "--api-key: %s", why[0] ? why : attnd_status_str(st));
+    else if (!st && cfg->api_keys_file) st = tenant_load_file(srv->tenants, cfg->api_keys_file, err, errlen);
+    else if (st) snprintf(err, errlen, "out of memory");
+    if (st) return st;
+    int n = tenant_count(srv->tenants);
+    if (!n) log_info("no API key: single-user, every client may use every route and read every finished request");
+    else if (one) log_info("API key required (one tenant)");
+    else log_info("API keys required: %d tenants, each reads only its own finished requests", n);
+    return ATTND_OK;
+}
+
 attnd_status http_create(const struct http_config *cfg, struct http_server **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -342,12 +360,11 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     atomic_init(&srv->state, API_STATE_LOADING);
     attnd_status st = ATTND_ERR_NOMEM;
     srv->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
-    if (cfg->api_key && cfg->api_key[0]) {
-        if (!(srv->api_key = strdup(cfg->api_key))) goto fail;
-        srv->api_key_len = strlen(srv->api_key);
-    }
+    if ((st = load_tenants(srv, cfg, err, errlen))) goto fail;
+    st = ATTND_ERR_NOMEM;
     srv->cfg.host = srv->host;
-    srv->cfg.api_key = srv->api_key;
+    srv->cfg.api_key = NULL; /* the keys live in srv->tenants only */
+    srv->cfg.api_keys_file = NULL;
     if (!srv->host || api_history_create(cfg->keep_requests, &srv->history) || create_metrics(srv)) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -439,7 +456,7 @@ void http_destroy(struct http_server *srv)
     api_history_destroy(srv->history);
     metrics_destroy(srv->metrics);
     free(srv->host);
-    free(srv->api_key);
+    tenant_table_destroy(srv->tenants);
     pthread_rwlock_destroy(&srv->engine_lock);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);

@@ -14,6 +14,7 @@
 #include "attnd/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/metrics.h"
+#include "server/api/tenant.h"
 
 #define WAIT_SLICE_MS 200 /* how often a waiting connection checks its socket */
 
@@ -35,7 +36,7 @@ void job_params_free(struct job_params *p)
 
 void job_id_str(const struct api_job *j, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s-%llu", j->render->id_prefix, (unsigned long long)j->id0);
+    snprintf(buf, cap, "%s", j->rid.id);
 }
 
 static void job_unref(struct api_job *j)
@@ -151,11 +152,7 @@ static void remember(struct api_job *j, struct job_choice *c, const struct sched
     }
     metrics_finish(mt, metrics_finish_from(ev->finish_reason ? ev->finish_reason : "stop"));
     metrics_tokens(mt, ev->prompt_tokens, ev->completion_tokens);
-    pthread_mutex_lock(&j->mu);
-    uint64_t n = c->index ? j->id0 : ev->id;
-    pthread_mutex_unlock(&j->mu);
-    uint64_t key = api_history_key(j->render->history_ns, n, (unsigned)c->index);
-    api_history_remember(j->srv, key, c->prompt, c->n_prompt, c->toks, c->n_toks);
+    api_history_remember(j->srv, &j->rid, (unsigned)c->index, c->prompt, c->n_prompt, c->toks, c->n_toks);
 }
 
 static void note_timing(struct api_job *j, struct job_choice *c)
@@ -315,7 +312,7 @@ static struct api_job *job_create(struct api_conn *c, const struct api_engine *e
     j->n_prompts = p->n_prompts;
     j->n_choices = p->n_prompts * p->n;
     j->n_interventions = p->iv ? p->iv->n : 0;
-    bool oom = false;
+    bool oom = api_history_new_id(render->id_prefix, tenant_of(c), &j->rid) != ATTND_OK; /* history.h */
     for (int i = 0; i < p->n_prompts; i++) {
         j->prompts[i] = p->prompts[i];
         j->n_prompt[i] = p->n_prompt[i];

@@ -117,7 +117,8 @@ struct api_job {
     struct sched *sched;       /* the job's own handle: alive while a choice is not done */
     bool stream, include_usage, echo;
     int logprobs;
-    uint64_t id0;              /* the response's number (choice 0's scheduler id) */
+    uint64_t id0;              /* choice 0's scheduler id */
+    struct api_reqid rid;      /* the response's id and tenant (history.h) */
     long long created;
     double t_submit;
     char model[128];

@@ -3,20 +3,23 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attnd/sched.h"
 #include "attnd/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/history.h"
 #include "server/api/query.h"
+#include "server/api/tenant.h"
 
 bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *index_param, struct api_lookup *lk,
                       enum MHD_Result *ret)
 {
     *lk = (struct api_lookup){.by_id = id_param != NULL, .want_name = id_param};
-    if ((lk->by_id || index_param) && !api_parse_request_id(id_param, index_param, &lk->want_id)) {
-        *ret = api_error(c, 400, "'id' must look like gen-N, chatcmpl-N or cmpl-N (as the routes answer), with "
-                                 "'index' 0..255 only for the last two");
+    if ((lk->by_id || index_param) &&
+        !api_parse_request_id(id_param, index_param, lk->want, sizeof lk->want, &lk->want_index)) {
+        *ret = api_error(c, 400, "'id' must look like gen-H, chatcmpl-H or cmpl-H with H the 32 hex digits the "
+                                 "routes answer, with 'index' 0..255 only for the last two");
         return false;
     }
     struct api_engine e;
@@ -33,7 +36,8 @@ bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *inde
 bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *reads, enum MHD_Result *ret)
 {
     struct http_server *srv = c->srv;
-    int code = api_history_get(srv, lk->by_id, lk->want_id, &lk->id, &lk->tokens, &lk->n);
+    struct api_history_hit hit = {0};
+    int code = api_history_get(srv, tenant_of(c), lk->by_id ? lk->want : NULL, lk->want_index, &hit);
     if (code == 404) {
         if (lk->by_id)
             *ret = api_error(c, 404, "no finished request %s (the last %d finished requests are kept)",
@@ -45,7 +49,10 @@ bool api_lookup_tokens(struct api_conn *c, struct api_lookup *lk, const char *re
         *ret = api_error_hdr(c, 503, "Retry-After", "1", "out of memory");
         return false;
     }
-    api_history_id_str(lk->id, lk->name, sizeof lk->name);
+    memcpy(lk->name, hit.id, sizeof lk->name);
+    lk->index = hit.index;
+    lk->tokens = hit.tokens;
+    lk->n = hit.n;
     if (lk->n > (size_t)srv->cfg.attention_max_tokens) {
         *ret = api_error(c, 413, "request %s has %zu tokens; %s at most %d (--attention-max-tokens)",
                          lk->name, lk->n, reads, srv->cfg.attention_max_tokens);

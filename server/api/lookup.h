@@ -15,19 +15,21 @@
 #include "attnd/status.h"
 #include "server/api/api.h"
 #include "server/api/buf.h"
+#include "server/api/history.h"
 
 struct tokenizer;
 
 struct api_lookup {
     /* api_lookup_begin() */
     bool by_id;               /* id= was given */
-    uint64_t want_id;         /* its history key (history.h) */
+    char want[API_HISTORY_ID_MAX]; /* its id as the history keeps it (history.h) */
+    unsigned want_index;      /* index= (0 when absent) */
     const char *want_name;    /* id= as given */
     struct model_hparams hp;  /* the loaded model's shape */
     size_t n_ctx;             /* the scheduler's context length, tokens */
     /* api_lookup_tokens() */
-    uint64_t id;              /* the request found (its history key) */
-    char name[64];            /* its id as answered: "gen-N", "chatcmpl-N" or "cmpl-N" */
+    char name[API_HISTORY_ID_MAX]; /* the request found: its id as answered ("gen-<32 hex>"...) */
+    unsigned index;           /* its choice */
     int32_t *tokens;          /* (n) its prompt then generated tokens, malloc'd */
     size_t n;                 /* at most n_ctx */
     bool truncated;           /* the request had more than n_ctx tokens */
@@ -39,7 +41,8 @@ struct api_lookup {
 bool api_lookup_begin(struct api_conn *c, const char *id_param, const char *index_param, struct api_lookup *lk,
                       enum MHD_Result *ret);
 
-/* Copies the request's tokens out of the history: 404 when there is no such request, 503 out
+/* Copies the request's tokens out of the history, looking only at the requests of c's tenant
+ * (tenant.h): 404 when there is no such request (another tenant's is not found either), 503 out
  * of memory, 413 when it has more than cfg.attention_max_tokens (the message says
  * "<reads> at most N", e.g. reads = "/attention maps"). A request over n_ctx tokens is cut to
  * its first n_ctx (rows are causal, so they do not depend on the rest). */

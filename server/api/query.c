@@ -60,17 +60,33 @@ bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *o
     return true;
 }
 
-bool api_parse_request_id(const char *s, const char *index, uint64_t *key)
+/* n hex digits at s, then the end. */
+static bool all_hex(const char *s, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F'))) return false;
+    return s[n] == 0;
+}
+
+bool api_parse_request_id(const char *s, const char *index, char *id, size_t cap, unsigned *out_index)
+{
+    static const char *const prefixes[] = {"gen-", "chatcmpl-", "cmpl-", "resp-"};
     if (!s) return false;
-    enum api_history_ns ns = !strncmp(s, "chatcmpl-", 9) ? API_HISTORY_CHAT
-                             : !strncmp(s, "cmpl-", 5)   ? API_HISTORY_CMPL
-                                                         : API_HISTORY_GEN;
-    if (ns != API_HISTORY_GEN) s = strchr(s, '-') + 1;
-    else if (!strncmp(s, "gen-", 4)) s += 4;
-    unsigned long long n, i = 0;
-    if (!api_parse_uint(s, API_HISTORY_MAX_N, &n)) return false;
-    if (index && (ns == API_HISTORY_GEN || !api_parse_uint(index, 255, &i))) return false;
-    *key = api_history_key(ns, n, (unsigned)i);
+    size_t p = 0, len = strlen(s);
+    for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++)
+        if (!strncmp(s, prefixes[k], strlen(prefixes[k]))) p = strlen(prefixes[k]);
+    /* prefixed: 1..32 hex digits (a shorter one is well formed, and simply not found); bare:
+     * exactly 32, read as a gen- id */
+    size_t digits = len - p;
+    if (!digits || digits > API_HISTORY_ID_HEX || (!p && digits != API_HISTORY_ID_HEX) || !all_hex(s + p, digits))
+        return false;
+    bool choices = p && (s[0] == 'c'); /* chatcmpl-, cmpl-: n choices; gen-, resp-: one */
+    unsigned long long i = 0;
+    if (index && (!choices || !api_parse_uint(index, API_HISTORY_MAX_INDEX, &i))) return false;
+    if (cap < 4 + len + 1) return false;
+    size_t o = 0;
+    if (!p) memcpy(id, "gen-", 4), o = 4;
+    for (size_t k = 0; k <= len; k++) id[o + k] = (char)(k >= p && s[k] >= 'A' && s[k] <= 'F' ? s[k] + 32 : s[k]);
+    *out_index = (unsigned)i;
     return true;
 }

@@ -21,9 +21,10 @@ bool api_query_read(struct api_conn *c, const char *const *names, const char **v
  * other byte or a value over max (*out untouched then). */
 bool api_parse_uint(const char *s, unsigned long long max, unsigned long long *out);
 
-/* Parses a request id as any generation route answers it ("gen-N", "chatcmpl-N", "cmpl-N",
- * or N) with index (the choice, 0..255; NULL: 0; only for chatcmpl/cmpl) into its history key
- * (history.h). False when malformed. */
-bool api_parse_request_id(const char *s, const char *index, uint64_t *key);
+/* Parses a request id as the generation routes answer it ("gen-H", "chatcmpl-H", "cmpl-H", "resp-H" with
+ * H 1..32 hex digits, or 32 bare hex digits for a gen- id) with index (the choice, 0..255; NULL:
+ * 0; only for chatcmpl/cmpl) into id (cap >= API_HISTORY_ID_MAX bytes, as the history keeps it:
+ * the prefix, lowercase hex) and *index_out. False when malformed. */
+bool api_parse_request_id(const char *s, const char *index, char *id, size_t cap, unsigned *index_out);
 
 #endif

@@ -105,8 +105,11 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--max-per-client", NULL, CLI_INT, &hc->max_per_client, "N", "concurrent connections from one client address (default 64)"), CLI_RANGE(1, 1 << 16)},
         {CLI_OPT("--timeout-ms", NULL, CLI_INT, &hc->timeout_ms, "N", "close a connection idle this long, e.g. a half-sent request\n(default 30000, whole seconds; 0 = never)"), CLI_RANGE(0, 3600 * 1000)},
         {CLI_OPT("--api-key", NULL, CLI_STR, &hc->api_key, "KEY", "require 'Authorization: Bearer KEY' on every route but the open\n"
-                                                                  "ones listed below")},
+                                                                  "ones listed below (one unnamed tenant)")},
         {CLI_OPT("--api-key-file", NULL, CLI_STR, &A->key_file, "FILE", "the same, the key read from FILE (first line)")},
+        {CLI_OPT("--api-keys", NULL, CLI_STR, &hc->api_keys_file, "FILE", "tenants: one 'name:key' per line ('#' comments and blank lines\n"
+                 "allowed); a request belongs to the tenant whose key it shows, and\n"
+                 "/attention and /logit_lens read only that tenant's requests")},
         {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",
                  "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
                  "(default: recognised from the model's tokenizer.chat_template)"),
@@ -122,7 +125,9 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
                   "(docs/API.md).\n"
                   "Open without a key: GET /health, and the playground's files, which must load before a key\n"
                   "can be typed and hold no secrets: GET /, /index.html and every other file of web/\n"
-                  "(/app.js, /style.css...). Every other path needs the key, unknown ones too (401, not 404).\n"};
+                  "(/app.js, /style.css...). Every other path needs the key, unknown ones too (401, not 404).\n"
+                  "Without a key the daemon is single-user: every client, from any address, is the same user\n"
+                  "and may read every finished request.\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO) return rc;
     if (!A->model_path) {
@@ -165,6 +170,10 @@ static int settle_api_key(struct serve_args *A, char **key)
     *key = NULL;
     if (A->hc.api_key && A->key_file) {
         fprintf(stderr, "attnd serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (A->hc.api_keys_file && (A->hc.api_key || A->key_file)) {
+        fprintf(stderr, "attnd serve: give --api-keys or --api-key/--api-key-file, not both\n");
         return 2;
     }
     if (A->key_file && !(*key = read_key_file(A->key_file))) return 2;
@@ -234,8 +243,10 @@ int cmd_serve(int argc, char **argv)
     L = (struct loader){.path = A.model_path, .so = A.so, .main_thread = pthread_self()};
     pthread_t loader;
     bool loader_started = false;
-    if (http_create(&A.hc, &srv, err, sizeof err)) {
+    attnd_status hst = http_create(&A.hc, &srv, err, sizeof err);
+    if (hst) {
         fprintf(stderr, "attnd serve: %s\n", err);
+        if (hst == ATTND_ERR_INVALID) rc = 2; /* a bad setting (a keys file's line, --host): a usage error */
         goto out;
     }
     const char *host = A.hc.host;

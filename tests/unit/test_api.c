@@ -113,58 +113,79 @@ static void test_history(void)
 {
     struct http_server srv = {0};
     T_CHECK(api_history_create(0, &srv.history) == ATTND_ERR_INVALID && !srv.history, "keep 0 refused");
-    T_CHECK(api_history_create(2, &srv.history) == ATTND_OK, "create");
-    int32_t *t = NULL;
-    size_t n = 0;
-    uint64_t id = 0;
-    T_CHECK(api_history_get(&srv, false, 0, &id, &t, &n) == 404, "empty history: 404");
+    T_CHECK(api_history_create(3, &srv.history) == ATTND_OK, "create");
+    struct api_history_hit hit = {0};
+    T_CHECK(api_history_get(&srv, 0, NULL, 0, &hit) == 404, "empty history: 404");
+    struct api_reqid a, b, c;
+    T_CHECK(!api_history_new_id("gen", 1, &a) && !api_history_new_id("chatcmpl", 1, &b) &&
+                !api_history_new_id("cmpl", 2, &c),
+            "ids");
     const int32_t p1[] = {1, 2}, g1[] = {3}, p2[] = {4}, p3[] = {5, 6};
-    api_history_remember(&srv, 10, p1, 2, g1, 1);
-    api_history_remember(&srv, 11, p2, 1, NULL, 0);
-    T_CHECK(api_history_get(&srv, true, 10, &id, &t, &n) == 0 && id == 10 && n == 3 && t[0] == 1 && t[2] == 3,
-            "request 10: prompt then generated tokens");
-    free(t);
-    T_CHECK(api_history_get(&srv, false, 0, &id, &t, &n) == 0 && id == 11 && n == 1 && t[0] == 4, "latest is 11");
-    free(t);
-    api_history_remember(&srv, 12, p3, 2, NULL, 0);
-    T_CHECK(api_history_get(&srv, true, 10, &id, &t, &n) == 404, "the oldest of 2 fell out");
-    T_CHECK(api_history_get(&srv, true, 11, &id, &t, &n) == 0 && n == 1, "11 kept");
-    free(t);
+    api_history_remember(&srv, &a, 0, p1, 2, g1, 1);
+    api_history_remember(&srv, &b, 1, p2, 1, NULL, 0);
+    T_CHECK(api_history_get(&srv, 1, a.id, 0, &hit) == 0 && !strcmp(hit.id, a.id) && hit.n == 3 &&
+                hit.tokens[0] == 1 && hit.tokens[2] == 3,
+            "request a: prompt then generated tokens");
+    free(hit.tokens);
+    T_CHECK(api_history_get(&srv, 1, NULL, 0, &hit) == 0 && !strcmp(hit.id, b.id) && hit.index == 1 &&
+                hit.tokens[0] == 4,
+            "tenant 1's latest is b, choice 1");
+    free(hit.tokens);
+    T_CHECK(api_history_get(&srv, 1, b.id, 0, &hit) == 404, "b's choice 0 was not kept");
+    T_CHECK(api_history_get(&srv, 2, a.id, 0, &hit) == 404 && api_history_get(&srv, 2, NULL, 0, &hit) == 404,
+            "tenant 2 finds none of tenant 1's requests, by id or as the latest");
+    api_history_remember(&srv, &c, 0, p3, 2, NULL, 0);
+    T_CHECK(api_history_get(&srv, 1, NULL, 0, &hit) == 0 && !strcmp(hit.id, b.id), "tenant 1's latest is still b");
+    free(hit.tokens);
+    T_CHECK(api_history_get(&srv, 2, NULL, 0, &hit) == 0 && !strcmp(hit.id, c.id), "tenant 2's latest is c");
+    free(hit.tokens);
+    api_history_remember(&srv, &c, 1, p3, 2, NULL, 0);
+    T_CHECK(api_history_get(&srv, 1, a.id, 0, &hit) == 404, "the oldest of 3 fell out");
     api_history_destroy(srv.history);
     api_history_destroy(NULL);
 }
 
-/* The ids the generation routes answer with, as history keys and back. */
+/* Ids: 128 random bits in hex behind the route's prefix, parsed back as the history keeps them. */
 static void test_request_ids(void)
 {
+    struct api_reqid r1, r2;
+    T_CHECK(!api_history_new_id("chatcmpl", 3, &r1) && !api_history_new_id("chatcmpl", 3, &r2), "new ids");
+    T_CHECK(strlen(r1.id) == 9 + 32 && !strncmp(r1.id, "chatcmpl-", 9) && strspn(r1.id + 9, "0123456789abcdef") == 32 &&
+                r1.tenant == 3,
+            "shape: %s", r1.id);
+    T_CHECK(strcmp(r1.id, r2.id) != 0, "two ids differ");
+    T_CHECK(api_history_new_id("a-prefix-far-too-long", 0, &r2) == ATTND_ERR_INVALID, "prefix too long");
+    char hex[33], up[64];
+    memcpy(hex, r1.id + 9, 33);
+    snprintf(up, sizeof up, "gen-%s", hex);
+    for (char *q = up + 4; *q; q++) *q = (char)(*q >= 'a' && *q <= 'f' ? *q - 32 : *q);
     static const struct {
         const char *id, *index, *back;
+        unsigned i;
         bool ok;
     } cases[] = {
-        {"gen-7", NULL, "gen-7", true},           {"7", NULL, "gen-7", true},
-        {"chatcmpl-5", NULL, "chatcmpl-5", true}, {"chatcmpl-5", "3", "chatcmpl-5", true},
-        {"cmpl-5", "255", "cmpl-5", true},        {"cmpl-5", "256", NULL, false},
-        {"gen-7", "1", NULL, false},              {"chatcmpl-", NULL, NULL, false},
-        {"chatcmpl-x", NULL, NULL, false},        {"gen-281474976710656", NULL, NULL, false},
-        {NULL, "1", NULL, false},
+        {"gen-7", NULL, "gen-7", 0, true},       {"chatcmpl-5", NULL, "chatcmpl-5", 0, true},
+        {"chatcmpl-5", "3", "chatcmpl-5", 3, true}, {"cmpl-ab", "255", "cmpl-ab", 255, true},
+        {"cmpl-5", "256", NULL, 0, false},       {"gen-7", "1", NULL, 0, false},
+        {"chatcmpl-", NULL, NULL, 0, false},     {"chatcmpl-x", NULL, NULL, 0, false},
+        {"7", NULL, NULL, 0, false},             {"gen-000000000000000000000000000000000", NULL, NULL, 0, false},
+        {"gen-1 ", NULL, NULL, 0, false},        {NULL, "1", NULL, 0, false},
     };
-    uint64_t keys[sizeof cases / sizeof cases[0]];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        uint64_t key = 0;
-        bool ok = api_parse_request_id(cases[i].id, cases[i].index, &key);
+        char id[API_HISTORY_ID_MAX] = "";
+        unsigned idx = 99;
+        bool ok = api_parse_request_id(cases[i].id, cases[i].index, id, sizeof id, &idx);
         T_CHECK(ok == cases[i].ok, "id %s index %s: %d", cases[i].id ? cases[i].id : "NULL",
                 cases[i].index ? cases[i].index : "NULL", ok);
-        keys[i] = ok ? key : 0;
-        if (!ok || !cases[i].back) continue;
-        char buf[64];
-        api_history_id_str(key, buf, sizeof buf);
-        T_CHECK(!strcmp(buf, cases[i].back), "id %s answers as %s", cases[i].id, buf);
+        if (ok) T_CHECK(!strcmp(id, cases[i].back) && idx == cases[i].i, "id %s: %s %u", cases[i].id, id, idx);
     }
-    /* gen-5, chatcmpl-5, chatcmpl-5 choice 3 and cmpl-5 are four different requests */
-    uint64_t g5;
-    T_CHECK(api_parse_request_id("gen-5", NULL, &g5) && g5 != keys[2] && keys[2] != keys[3] && keys[2] != keys[4] &&
-                g5 == 5,
-            "keys are distinct");
+    char id[API_HISTORY_ID_MAX];
+    unsigned idx;
+    char want[64];
+    snprintf(want, sizeof want, "gen-%s", hex);
+    T_CHECK(api_parse_request_id(hex, NULL, id, sizeof id, &idx) && !strcmp(id, want), "32 bare hex digits: a gen- id");
+    T_CHECK(api_parse_request_id(up, NULL, id, sizeof id, &idx) && !strcmp(id, want), "upper-case hex: %s", id);
+    T_CHECK(api_parse_request_id(r1.id, "2", id, sizeof id, &idx) && !strcmp(id, r1.id) && idx == 2, "a real id");
 }
 
 static void test_errors(void)
