@@ -24,6 +24,7 @@ struct http_config {
                                  is not idle: the answer's bytes (SSE keep-alives too) count */
     int chat_template;        /* enum chat_family for /v1/chat/completions; -1: recognised from the
                                  model's tokenizer.chat_template (ChatML if none) */
+    const char *chat_template_file; /* if not NULL: the Jinja chat template to use (over chat_template) */
 };
 
 #endif

@@ -86,8 +86,8 @@ static int parse_messages(const cJSON *msgs, const struct api_engine *e, const s
         i++;
     }
     if (!code) {
-        attnd_status st = chat_encode(e->tok, (enum chat_family)oai_chat_family(srv, e), cm, (size_t)n, true, &p->prompts[0], &p->n_prompt[0], err,
-                                      errlen);
+        attnd_status st = chat_encode_json(e->tok, oai_chat_template(srv, e), msgs, NULL, true, &p->prompts[0], &p->n_prompt[0], err,
+                                           errlen);
         if (st) code = st == ATTND_ERR_NOMEM ? 503 : 400;
         else p->n_prompts = 1;
         int n_ctx = sched_n_ctx(e->sched);

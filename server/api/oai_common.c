@@ -125,10 +125,12 @@ enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, o
     return ret;
 }
 
-int oai_chat_family(const struct http_server *srv, const struct api_engine *e)
+const struct chat_tmpl *oai_chat_template(const struct http_server *srv, const struct api_engine *e)
 {
-    if (srv->cfg.chat_template >= 0 && srv->cfg.chat_template < CHAT_FAMILY_COUNT) return srv->cfg.chat_template;
-    return (int)chat_family_for_model(e->model->gguf, false);
+    const struct chat_tmpl *t = NULL;
+    char err[256];
+    chat_tmpl_get(e->model->gguf, srv->cfg.chat_template_file, srv->cfg.chat_template, false, &t, err, sizeof err);
+    return t; /* NULL (a file that went away since startup): chat_encode_json refuses with a 400 */
 }
 
 /* ==============================================================================================

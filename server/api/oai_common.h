@@ -55,6 +55,6 @@ enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, o
 extern const struct api_field oai_common_fields[];
 
 /* The chat template family chat requests use: --chat-template, else the model file's. */
-int oai_chat_family(const struct http_server *srv, const struct api_engine *e);
+const struct chat_tmpl *oai_chat_template(const struct http_server *srv, const struct api_engine *e);
 
 #endif

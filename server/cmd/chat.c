@@ -25,7 +25,7 @@
 #define MAX_TURNS 512
 
 struct opts {
-    const char *model, *system;
+    const char *model, *system, *template_file;
     int family;           /* enum chat_family, or -1: from the model */
     long max_tokens, threads, ctx, seed;
     float temp;
@@ -51,6 +51,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &o->family, "NAME",
                  "chatml|llama3|mistral|gemma|phi3 (default: from the model file)"),
          .parse = cli_parse_chat_template},
+        {CLI_OPT("--chat-template-file", NULL, CLI_STR, &o->template_file, "PATH", "a Jinja chat template file (over the model's own)")},
         {CLI_OPT("--system", NULL, CLI_STR, &o->system, "TEXT", "a system message to start the conversation with")},
         {CLI_OPT("-n", NULL, CLI_LONG, &o->max_tokens, "N", "longest reply, tokens (default 512)"), CLI_RANGE(1, 1 << 20)},
         {CLI_OPT("--temp", NULL, CLI_FLOAT, &o->temp, "T", "temperature, 0 = greedy (default 0.7)"), CLI_RANGE(0, 100)},
@@ -103,7 +104,7 @@ static void on_event(void *ud, const struct sched_event *ev)
 }
 
 /* Generates the assistant's reply to msgs[0..n); returns it (malloc'd) or NULL. */
-static char *reply_to(struct sched *s, const struct tokenizer *tok, enum chat_family f, const struct chat_msg *msgs,
+static char *reply_to(struct sched *s, const struct tokenizer *tok, const struct chat_tmpl *f, const struct chat_msg *msgs,
                       size_t n, const struct opts *o, int turn)
 {
     char err[256];
@@ -143,7 +144,7 @@ static char *reply_to(struct sched *s, const struct tokenizer *tok, enum chat_fa
 }
 
 /* The read-reply loop over stdin. */
-static void converse(struct sched *s, const struct tokenizer *tok, enum chat_family f, const struct opts *o)
+static void converse(struct sched *s, const struct tokenizer *tok, const struct chat_tmpl *f, const struct opts *o)
 {
     struct chat_msg msgs[MAX_TURNS];
     char *owned[MAX_TURNS];
@@ -205,9 +206,13 @@ int cmd_chat(int argc, char **argv)
         fprintf(stderr, "attnd chat: cannot start the scheduler: %s\n", attnd_status_str(st));
         goto out;
     }
-    enum chat_family f = o.family >= 0 ? (enum chat_family)o.family : chat_family_for_model(m->gguf, true);
+    const struct chat_tmpl *f = NULL;
+    if (chat_tmpl_get(m->gguf, o.template_file, o.family, true, &f, err, sizeof err)) {
+        fprintf(stderr, "attnd chat: %s\n", err);
+        goto out;
+    }
     fprintf(stderr, "attnd chat: %s, template %s, context %d tokens\n", m->name ? m->name : o.model,
-            chat_family_name(f), sched_n_ctx(s));
+            chat_tmpl_describe(f), sched_n_ctx(s));
     converse(s, tok, f, &o);
     rc = 0;
 out:

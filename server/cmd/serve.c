@@ -114,6 +114,7 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
                  "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
                  "(default: recognised from the model's tokenizer.chat_template)"),
          .parse = cli_parse_chat_template},
+        {CLI_OPT("--chat-template-file", NULL, CLI_STR, &hc->chat_template_file, "PATH", "a Jinja chat template for /v1/chat/completions (over the model's own)")},
         {CLI_OPT("--grace-ms", NULL, CLI_LONG, &A->grace_ms, "N", "on SIGTERM/SIGINT, how long requests in flight may run on\n(default 10000)"), CLI_RANGE(0, 3600L * 1000)},
         CLI_HELP_OPT,
         {.type = CLI_END},
@@ -201,13 +202,14 @@ static void block_signals(sigset_t *sigs)
  * or < 0 for the one recognised from the model) until SIGTERM or SIGINT, then shuts down in order: stop listening,
  * drain, detach, cancel what outlives grace_ms, let the answers go out. */
 static void serve_until_signal(struct http_server *srv, struct loader *L, const sigset_t *sigs, long grace_ms,
-                               int chat_template)
+                               int chat_template, const char *chat_template_file)
 {
     struct model *m = L->m;
     struct sched *s = L->s;
     int sig = 0;
-    if (chat_template >= 0) log_info("chat template: %s (--chat-template)", chat_family_name((enum chat_family)chat_template));
-    else chat_family_for_model(m->gguf, true); /* logs what it recognised */
+    const struct chat_tmpl *ct; /* logs which template chat requests use, and why */
+    char cterr[512];
+    if (chat_tmpl_get(m->gguf, chat_template_file, chat_template, true, &ct, cterr, sizeof cterr)) log_error("%s", cterr);
     http_set_engine(srv, m, L->tok, s);
     log_info("ready: model %s (%s, %d layers, vocabulary %d), context %d tokens", m->name ? m->name : "?",
              m->hp.arch_name, m->hp.n_layer, m->hp.n_vocab, sched_n_ctx(s));
@@ -230,6 +232,12 @@ int cmd_serve(int argc, char **argv)
     struct serve_args A = {0};
     int rc = parse_args(&A, argc, argv);
     if (rc != CLI_GO) return rc;
+    const struct chat_tmpl *ct;
+    char cterr[512];
+    if (A.hc.chat_template_file && chat_tmpl_get(NULL, A.hc.chat_template_file, -1, false, &ct, cterr, sizeof cterr)) {
+        fprintf(stderr, "attnd serve: %s\n", cterr);
+        return 2;
+    }
     char *key;
     if ((rc = settle_api_key(&A, &key))) return rc;
     sigset_t sigs;
@@ -273,7 +281,7 @@ int cmd_serve(int argc, char **argv)
     pthread_join(loader, NULL);
     loader_started = false;
     if (!L.ok) goto out;
-    serve_until_signal(srv, &L, &sigs, A.grace_ms, A.hc.chat_template);
+    serve_until_signal(srv, &L, &sigs, A.grace_ms, A.hc.chat_template, A.hc.chat_template_file);
     rc = 0;
 out:
     if (loader_started) pthread_join(loader, NULL);

@@ -5,6 +5,7 @@
  * C.json: [{"name", "messages", "tools"?, "add_generation_prompt"?, "bos_token"?, ...}]; every
  * key but "name" is a template variable (defaults: add_generation_prompt true, bos_token "<s>",
  * eos_token "</s>"). strftime_now's clock is fixed at 2026-12-01 09:30:00, as the reference's. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,14 +100,22 @@ static int run_cases(const char *src, size_t len, const char *cases_path)
     int rc = 1;
     if (!cJSON_IsArray(cases)) {
         fprintf(stderr, "attnd template: %s: not a JSON list\n", cases_path);
-    } else if (jinja_parse(src, len, &t, err, sizeof err)) {
-        fprintf(stderr, "attnd template: the template does not parse: %s\n", err);
     } else {
+        bool parsed = jinja_parse(src, len, &t, err, sizeof err) == ATTND_OK;
         struct tm now = {.tm_year = 126, .tm_mon = 11, .tm_mday = 1, .tm_hour = 9, .tm_min = 30};
         time_t tt = timegm(&now);
         gmtime_r(&tt, &now);
         const cJSON *c;
-        cJSON_ArrayForEach(c, cases) cJSON_AddItemToArray(outl, render_case(t, c, &now));
+        cJSON_ArrayForEach(c, cases) /* a template that does not parse refuses every case, as the reference does */
+        {
+            cJSON *r = parsed ? render_case(t, c, &now) : cJSON_CreateObject();
+            if (!parsed && r) {
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "name");
+                cJSON_AddStringToObject(r, "name", cJSON_IsString(name) ? name->valuestring : "");
+                cJSON_AddStringToObject(r, "error", err);
+            }
+            cJSON_AddItemToArray(outl, r);
+        }
         char *s = cJSON_Print(outl);
         if (s) {
             puts(s);

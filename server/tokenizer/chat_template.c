@@ -1,12 +1,21 @@
-/* chat_template.c - chat prompt rendering per template family. See chat_template.h.
+/* chat_template.c - chat prompts through the model's own Jinja template. See chat_template.h.
  *
- * A family is a table of strings: what opens and closes each role's turn, and what opens the
- * assistant's turn for the generation prompt. The few rules a table cannot say (Jinja's
- * `| trim`, Gemma's "model" role, Mistral's user-only [INST] wrapping, folding a system
- * message into the first user turn) are flags.
+ * 1. Choosing: chat_tmpl_get resolves file / built-in family / the GGUF's template / ChatML and
+ *    keeps every template it parsed in a small process-wide cache (a mutex around a table), so
+ *    a request never parses.
+ * 2. Rendering: the request's messages are normalised into the shape transformers hands a
+ *    template (below), put into one cJSON context with tools, add_generation_prompt and the
+ *    special token texts, and rendered by jinja.c, which also reports which output bytes came
+ *    from the request ("data").
+ * 3. Tokenizing: when no control / user-defined token text overlaps a data span (the usual
+ *    case), the prompt is tokenized as one text with special-token parsing on, as the reference
+ *    does (so the tokenizer's own rules around special tokens apply). Otherwise (a message that
+ *    types a marker) only the occurrences outside the data spans become tokens, and the text
+ *    between them is tokenized with special-token parsing off.
  */
 #include "attnd/chat_template.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,224 +24,375 @@
 #include "attnd/log.h"
 #include "attnd/tokenizer.h"
 
-/* A template string: literal text where `{` / `}` enclose a marker (a special-token candidate),
- * e.g. "{<|im_start|>}user\n". `{B}` and `{E}` stand for the BOS and EOS texts. */
-struct family {
-    const char *name;
-    const char *begin;          /* written once, before the first message */
-    const char *open[3];        /* system, user, assistant: before the content */
-    const char *close[3];       /* after the content */
-    const char *gen_prompt;     /* add_generation_prompt */
-    const char *no_gen_end;     /* written at the end without add_generation_prompt */
-    bool trim;                  /* content | trim */
-    bool fold_system;           /* the system message goes before the first user message's text */
-    bool writes_bos;            /* the published template writes bos_token */
+#define MAX_TEMPLATE_FILE ((long)4 << 20)
+#define CACHE_SLOTS 32
+
+struct chat_tmpl {
+    jinja_tpl *main, *tools; /* tools: the tool_use variant, or NULL */
+    char *what;
 };
 
-static const struct family g_fam[CHAT_FAMILY_COUNT] = {
-    [CHAT_CHATML] = {"chatml", "",
-                     {"{<|im_start|>}system\n", "{<|im_start|>}user\n", "{<|im_start|>}assistant\n"},
-                     {"{<|im_end|>}\n", "{<|im_end|>}\n", "{<|im_end|>}\n"},
-                     "{<|im_start|>}assistant\n", "", false, false, false},
-    [CHAT_LLAMA3] = {"llama3", "{B}",
-                     {"{<|start_header_id|>}system{<|end_header_id|>}\n\n",
-                      "{<|start_header_id|>}user{<|end_header_id|>}\n\n",
-                      "{<|start_header_id|>}assistant{<|end_header_id|>}\n\n"},
-                     {"{<|eot_id|>}", "{<|eot_id|>}", "{<|eot_id|>}"},
-                     "{<|start_header_id|>}assistant{<|end_header_id|>}\n\n", "", true, false, true},
-    [CHAT_MISTRAL] = {"mistral", "{B}", {"", "{[INST]} ", ""}, {"", " {[/INST]}", "{E}"}, "", "", false, true, true},
-    [CHAT_GEMMA] = {"gemma", "{B}",
-                    {"", "{<start_of_turn>}user\n", "{<start_of_turn>}model\n"},
-                    {"", "{<end_of_turn>}\n", "{<end_of_turn>}\n"},
-                    "{<start_of_turn>}model\n", "", true, true, true},
-    [CHAT_PHI3] = {"phi3", "",
-                   {"{<|system|>}\n", "{<|user|>}\n", "{<|assistant|>}\n"},
-                   {"{<|end|>}\n", "{<|end|>}\n", "{<|end|>}\n"},
-                   "{<|assistant|>}\n", "{E}", false, false, false},
+/* ---- built-in templates ---------------------------------------------------------------------- */
+
+static const char *const g_names[CHAT_FAMILY_COUNT] = {"chatml", "llama3", "mistral", "gemma", "phi3"};
+
+/* The families' published formats. Mistral (v0.1) and Gemma refuse a system role; here it is
+ * put before the first user message's text, separated by "\n\n". */
+static const char *const g_builtin[CHAT_FAMILY_COUNT] = {
+    [CHAT_CHATML] = "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + "
+                    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                    "{%- endif %}",
+    [CHAT_LLAMA3] = "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
+                    "'<|end_header_id|>\\n\\n' + (m['content'] or '') | trim + '<|eot_id|>' }}{%- endfor %}"
+                    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
+    [CHAT_MISTRAL] = "{{- bos_token }}{%- set ns = namespace(sys='') %}{%- for m in messages %}"
+                     "{%- if m['role'] == 'system' %}{%- if not ns.sys %}{%- set ns.sys = m['content'] or '' %}{%- endif %}"
+                     "{%- elif m['role'] == 'assistant' %}{{- (m['content'] or '') + eos_token }}"
+                     "{%- else %}{{- '[INST] ' + ((ns.sys + '\\n\\n') if ns.sys else '') + (m['content'] or '') + ' [/INST]' }}"
+                     "{%- set ns.sys = '' %}{%- endif %}{%- endfor %}",
+    [CHAT_GEMMA] = "{{- bos_token }}{%- set ns = namespace(sys='') %}{%- for m in messages %}"
+                   "{%- if m['role'] == 'system' %}{%- set ns.sys = (m['content'] or '') | trim %}{%- else %}"
+                   "{%- set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
+                   "{{- '<start_of_turn>' + role + '\\n' + ((ns.sys + '\\n\\n') if ns.sys and role == 'user' else '') + "
+                   "(m['content'] or '') | trim + '<end_of_turn>\\n' }}{%- if role == 'user' %}{%- set ns.sys = '' %}"
+                   "{%- endif %}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}"
+                   "{%- endif %}",
+    [CHAT_PHI3] = "{%- for m in messages %}{{- '<|' + m['role'] + '|>\\n' + (m['content'] or '') + '<|end|>\\n' }}"
+                  "{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- else %}{{- eos_token }}{%- endif %}",
 };
 
 const char *chat_family_name(enum chat_family f)
 {
-    return (unsigned)f < CHAT_FAMILY_COUNT ? g_fam[f].name : "?";
+    return (unsigned)f < CHAT_FAMILY_COUNT ? g_names[f] : "?";
 }
 
 attnd_status chat_family_parse(const char *name, enum chat_family *out)
 {
     for (int f = 0; f < CHAT_FAMILY_COUNT; f++)
-        if (name && !strcmp(name, g_fam[f].name)) {
+        if (name && !strcmp(name, g_names[f])) {
             *out = (enum chat_family)f;
             return ATTND_OK;
         }
     return ATTND_ERR_INVALID;
 }
 
-static bool has(const char *t, size_t len, const char *needle)
+/* ---- templates and the cache ------------------------------------------------------------------ */
+
+attnd_status chat_tmpl_create(const char *src, size_t len, const char *tool_src, size_t tool_len, const char *what,
+                              struct chat_tmpl **out, char *err, size_t errlen)
 {
-    return memmem(t, len, needle, strlen(needle)) != NULL;
+    *out = NULL;
+    struct chat_tmpl *t = calloc(1, sizeof *t);
+    if (!t || !(t->what = strdup(what ? what : "a chat template"))) {
+        free(t);
+        snprintf(err, errlen, "out of memory");
+        return ATTND_ERR_NOMEM;
+    }
+    attnd_status st = jinja_parse(src, len, &t->main, err, errlen);
+    if (!st && tool_src) st = jinja_parse(tool_src, tool_len, &t->tools, err, errlen);
+    if (st) {
+        chat_tmpl_destroy(t);
+        return st;
+    }
+    *out = t;
+    return ATTND_OK;
 }
 
-bool chat_family_detect(const char *tmpl, size_t len, enum chat_family *out)
+void chat_tmpl_destroy(struct chat_tmpl *t)
 {
-    *out = CHAT_CHATML;
-    if (!tmpl) return false;
-    /* most specific markers first: a Llama 3 template never writes <|im_start|>, but some
-     * ChatML templates mention [INST] in comments, so ChatML is tested before Mistral */
-    if (has(tmpl, len, "<|start_header_id|>") && has(tmpl, len, "<|eot_id|>")) *out = CHAT_LLAMA3;
-    else if (has(tmpl, len, "<start_of_turn>")) *out = CHAT_GEMMA;
-    else if (has(tmpl, len, "<|user|>") && has(tmpl, len, "<|end|>")) *out = CHAT_PHI3;
-    else if (has(tmpl, len, "<|im_start|>")) *out = CHAT_CHATML;
-    else if (has(tmpl, len, "[INST]")) *out = CHAT_MISTRAL;
-    else return false;
+    if (!t) return;
+    jinja_free(t->main);
+    jinja_free(t->tools);
+    free(t->what);
+    free(t);
+}
+
+const char *chat_tmpl_describe(const struct chat_tmpl *t)
+{
+    return t ? t->what : "none";
+}
+
+struct slot {
+    char kind; /* 'f' file path, 'b' built-in, 'g' GGUF text */
+    char *key;
+    size_t key_len;
+    struct chat_tmpl *t;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct slot g_cache[CACHE_SLOTS];
+static int g_n_cache;
+
+/* The cached template for (kind, key), or NULL. Caller holds g_mu. */
+static struct chat_tmpl *cache_find(char kind, const char *key, size_t key_len)
+{
+    for (int i = 0; i < g_n_cache; i++)
+        if (g_cache[i].kind == kind && g_cache[i].key_len == key_len && !memcmp(g_cache[i].key, key, key_len))
+            return g_cache[i].t;
+    return NULL;
+}
+
+/* Keeps t under (kind, key); on failure (table full, no memory) t stays the caller's. Caller
+ * holds g_mu. */
+static bool cache_put(char kind, const char *key, size_t key_len, struct chat_tmpl *t)
+{
+    if (g_n_cache == CACHE_SLOTS) return false;
+    char *k = malloc(key_len + 1);
+    if (!k) return false;
+    memcpy(k, key, key_len);
+    k[key_len] = 0;
+    g_cache[g_n_cache++] = (struct slot){kind, k, key_len, t};
     return true;
 }
 
-enum chat_family chat_family_for_model(const struct gguf *g, bool log_choice)
+static char *read_file(const char *path, size_t *len)
 {
-    struct gguf_str s = {0};
-    enum chat_family f = CHAT_CHATML;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n <= MAX_TEMPLATE_FILE && !fseek(f, 0, SEEK_SET) &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Finds or makes the template of (kind, key) from src (and tool_src). Caller holds g_mu. */
+static attnd_status cached(char kind, const char *key, size_t key_len, const char *src, size_t len, const char *tool_src,
+                           size_t tool_len, const char *what, const struct chat_tmpl **out, char *err, size_t errlen)
+{
+    struct chat_tmpl *t = cache_find(kind, key, key_len);
+    if (t) {
+        *out = t;
+        return ATTND_OK;
+    }
+    attnd_status st = chat_tmpl_create(src, len, tool_src, tool_len, what, &t, err, errlen);
+    if (st) return st;
+    if (!cache_put(kind, key, key_len, t)) {
+        chat_tmpl_destroy(t);
+        snprintf(err, errlen, "too many different chat templates (at most %d)", CACHE_SLOTS);
+        return ATTND_ERR_RANGE;
+    }
+    *out = t;
+    return ATTND_OK;
+}
+
+static attnd_status get_file(const char *file, bool log_choice, const struct chat_tmpl **out, char *err, size_t errlen)
+{
+    struct chat_tmpl *t = cache_find('f', file, strlen(file));
+    if (t) {
+        *out = t;
+        if (log_choice) log_info("chat template: %s", t->what);
+        return ATTND_OK;
+    }
+    size_t len = 0;
+    char *src = read_file(file, &len), what[512], perr[400];
+    if (!src) {
+        snprintf(err, errlen, "cannot read the chat template file %s", file);
+        return ATTND_ERR_IO;
+    }
+    snprintf(what, sizeof what, "%s (--chat-template-file)", file);
+    attnd_status st = cached('f', file, strlen(file), src, len, NULL, 0, what, out, perr, sizeof perr);
+    free(src);
+    if (st) snprintf(err, errlen, "chat template %s: %s", file, perr);
+    else if (log_choice) log_info("chat template: %s", what);
+    return st;
+}
+
+/* The model's template (or ChatML when it has none or it does not parse). Caller holds g_mu. */
+static attnd_status get_model(const struct gguf *g, bool log_choice, const struct chat_tmpl **out, char *err,
+                              size_t errlen)
+{
+    struct gguf_str s = {0}, tu = {0};
     if (!g || gguf_get_str(g, "tokenizer.chat_template", &s) != ATTND_OK || !s.ptr) {
         if (log_choice) log_info("chat template: the model file has none; using ChatML");
-    } else if (!chat_family_detect(s.ptr, (size_t)s.len, &f)) {
-        if (log_choice) log_info("chat template: the model's template is not one attnd knows; using ChatML");
-    } else if (log_choice) {
-        log_info("chat template: %s (recognised from tokenizer.chat_template)", chat_family_name(f));
+        return cached('b', "chatml", 6, g_builtin[CHAT_CHATML], strlen(g_builtin[CHAT_CHATML]), NULL, 0,
+                      "ChatML (the model file has no tokenizer.chat_template)", out, err, errlen);
     }
-    return f;
+    if (gguf_get_str(g, "tokenizer.chat_template.tool_use", &tu) != ATTND_OK) tu = (struct gguf_str){0};
+    size_t n = (size_t)s.len, nt = tu.ptr ? (size_t)tu.len : 0;
+    char *key = malloc(n + nt + 2), perr[400];
+    if (!key) {
+        snprintf(err, errlen, "out of memory");
+        return ATTND_ERR_NOMEM;
+    }
+    memcpy(key, s.ptr, n);
+    key[n] = 0;
+    key[n + 1] = tu.ptr ? 1 : 0; /* so that "a" + no variant differs from "a" + an empty one */
+    if (nt) memcpy(key + n + 2, tu.ptr, nt);
+    attnd_status st = cached('g', key, n + nt + 2, s.ptr, n, tu.ptr, nt,
+                             tu.ptr ? "the model's tokenizer.chat_template (and .tool_use)"
+                                    : "the model's tokenizer.chat_template", out, perr, sizeof perr);
+    free(key);
+    if (st == ATTND_ERR_INVALID) {
+        if (log_choice) log_warn("chat template: the model's tokenizer.chat_template does not parse (%s); using ChatML", perr);
+        return cached('b', "chatml", 6, g_builtin[CHAT_CHATML], strlen(g_builtin[CHAT_CHATML]), NULL, 0,
+                      "ChatML (the model's template does not parse)", out, err, errlen);
+    }
+    if (st) snprintf(err, errlen, "%s", perr);
+    else if (log_choice) log_info("chat template: %s (%zu bytes)", (*out)->what, n);
+    return st;
 }
 
-/* ---- rendering --------------------------------------------------------------------------------- */
-
-struct out {
-    struct chat_prompt *p;
-    size_t cap, cap_spans;
-    bool oom;
-};
-
-static void put(struct out *o, const char *s, size_t n)
+attnd_status chat_tmpl_get(const struct gguf *g, const char *file, int family, bool log_choice,
+                           const struct chat_tmpl **out, char *err, size_t errlen)
 {
-    struct chat_prompt *p = o->p;
-    if (o->oom) return;
-    if (p->len + n + 1 > o->cap) {
-        size_t nc = o->cap ? o->cap : 256;
-        while (nc < p->len + n + 1) nc *= 2;
-        char *t = realloc(p->text, nc);
-        if (!t) {
-            o->oom = true;
-            return;
+    *out = NULL;
+    pthread_mutex_lock(&g_mu);
+    attnd_status st;
+    if (file && *file) {
+        st = get_file(file, log_choice, out, err, errlen);
+    } else if (family >= 0 && family < CHAT_FAMILY_COUNT) {
+        char what[64];
+        snprintf(what, sizeof what, "%s (--chat-template)", g_names[family]);
+        st = cached('b', g_names[family], strlen(g_names[family]), g_builtin[family], strlen(g_builtin[family]), NULL, 0,
+                    what, out, err, errlen);
+        if (!st && log_choice) log_info("chat template: %s", what);
+    } else {
+        st = get_model(g, log_choice, out, err, errlen);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+/* ---- rendering -------------------------------------------------------------------------------- */
+
+/* content as a template expects it: a string stays, a list of parts becomes their texts joined. */
+static attnd_status norm_content(cJSON *m, int i, char *err, size_t errlen)
+{
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!cJSON_IsArray(c)) return ATTND_OK;
+    size_t len = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c)
+    {
+        const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (cJSON_IsString(tx)) len += strlen(tx->valuestring);
+    }
+    char *s = malloc(len + 1);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return ATTND_ERR_NOMEM;
+    }
+    len = 0;
+    cJSON_ArrayForEach(p, c)
+    {
+        const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsString(tx)) continue;
+        size_t k = strlen(tx->valuestring);
+        memcpy(s + len, tx->valuestring, k);
+        len += k;
+    }
+    s[len] = 0;
+    cJSON *str = cJSON_CreateString(s);
+    free(s);
+    if (!str || !cJSON_ReplaceItemInObjectCaseSensitive(m, "content", str)) {
+        cJSON_Delete(str);
+        snprintf(err, errlen, "messages[%d]: out of memory", i);
+        return ATTND_ERR_NOMEM;
+    }
+    return ATTND_OK;
+}
+
+/* tool_calls[].function.arguments given as JSON text of an object become that object. */
+static void norm_tool_calls(cJSON *m)
+{
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *tc;
+    cJSON_ArrayForEach(tc, calls)
+    {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args)) continue;
+        cJSON *obj = cJSON_Parse(args->valuestring);
+        if (!cJSON_IsObject(obj) || !cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj)) cJSON_Delete(obj);
+    }
+}
+
+/* A copy of the request's messages in the shape chat templates expect. */
+static attnd_status norm_messages(const cJSON *messages, cJSON **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!cJSON_IsArray(messages)) {
+        snprintf(err, errlen, "'messages' must be an array");
+        return ATTND_ERR_INVALID;
+    }
+    cJSON *ms = cJSON_Duplicate(messages, 1), *m;
+    if (!ms) {
+        snprintf(err, errlen, "out of memory");
+        return ATTND_ERR_NOMEM;
+    }
+    int i = 0;
+    cJSON_ArrayForEach(m, ms)
+    {
+        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            snprintf(err, errlen, "messages[%d] must be an object with a string 'role'", i);
+            cJSON_Delete(ms);
+            return ATTND_ERR_INVALID;
         }
-        p->text = t;
-        o->cap = nc;
-    }
-    if (n) memcpy(p->text + p->len, s, n);
-    p->len += n;
-    p->text[p->len] = 0;
-}
-
-static void put_marker(struct out *o, const char *s, size_t n)
-{
-    struct chat_prompt *p = o->p;
-    if (o->oom || !n) return;
-    if (p->n_spans == o->cap_spans) {
-        size_t nc = o->cap_spans ? o->cap_spans * 2 : 16;
-        struct chat_span *t = realloc(p->spans, nc * sizeof *t);
-        if (!t) {
-            o->oom = true;
-            return;
+        if (!strcmp(role->valuestring, "developer")) cJSON_SetValuestring(role, "system");
+        attnd_status st = norm_content(m, i, err, errlen);
+        if (st) {
+            cJSON_Delete(ms);
+            return st;
         }
-        p->spans = t;
-        o->cap_spans = nc;
+        norm_tool_calls(m);
+        i++;
     }
-    p->spans[p->n_spans++] = (struct chat_span){p->len, n};
-    put(o, s, n);
+    *out = ms;
+    return ATTND_OK;
 }
 
-/* Writes template string t (see struct family) with bos/eos substituted. */
-static void put_tmpl(struct out *o, const char *t, const char *bos, const char *eos)
+static cJSON *make_ctx(cJSON *msgs, const cJSON *tools, bool add_generation_prompt, const char *bos, const char *eos)
 {
-    while (*t) {
-        if (*t != '{') {
-            size_t n = strcspn(t, "{");
-            put(o, t, n);
-            t += n;
-            continue;
-        }
-        const char *end = strchr(t, '}');
-        if (!end) return; /* the tables are well formed */
-        size_t n = (size_t)(end - t - 1);
-        if (n == 1 && t[1] == 'B') {
-            if (bos) put_marker(o, bos, strlen(bos));
-        } else if (n == 1 && t[1] == 'E') {
-            if (eos) put_marker(o, eos, strlen(eos));
-        } else {
-            put_marker(o, t + 1, n);
-        }
-        t = end + 1;
+    cJSON *ctx = cJSON_CreateObject();
+    if (!ctx) {
+        cJSON_Delete(msgs);
+        return NULL;
     }
-}
-
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-static void put_content(struct out *o, const struct family *fam, const char *s, size_t n)
-{
-    if (fam->trim) {
-        while (n && is_ws(*s)) s++, n--;
-        while (n && is_ws(s[n - 1])) n--;
+    cJSON_AddItemToObject(ctx, "messages", msgs);
+    if (tools && !cJSON_IsNull(tools)) {
+        cJSON *t = cJSON_Duplicate(tools, 1);
+        if (!t) goto oom;
+        cJSON_AddItemToObject(ctx, "tools", t);
     }
-    put(o, s, n);
+    if (!cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation_prompt)) goto oom;
+    if (bos && !cJSON_AddStringToObject(ctx, "bos_token", bos)) goto oom;
+    if (eos && !cJSON_AddStringToObject(ctx, "eos_token", eos)) goto oom;
+    return ctx;
+oom:
+    cJSON_Delete(ctx);
+    return NULL;
 }
 
-static int role_index(const char *role)
-{
-    if (!role) return -1;
-    if (!strcmp(role, "system")) return 0;
-    if (!strcmp(role, "user")) return 1;
-    if (!strcmp(role, "assistant")) return 2;
-    return -1;
-}
-
-attnd_status chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n, bool add_generation_prompt,
+attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
                          const char *bos, const char *eos, struct chat_prompt *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if ((unsigned)f >= CHAT_FAMILY_COUNT || !n) {
-        snprintf(err, errlen, "%s", (unsigned)f >= CHAT_FAMILY_COUNT ? "unknown chat template" : "there are no messages");
+    if (!t) {
+        snprintf(err, errlen, "no chat template");
         return ATTND_ERR_INVALID;
     }
-    for (size_t i = 0; i < n; i++)
-        if (role_index(msgs[i].role) < 0) {
-            snprintf(err, errlen, "message %zu: role must be system, user or assistant", i);
-            return ATTND_ERR_INVALID;
-        }
-    const struct family *fam = &g_fam[f];
-    struct out o = {.p = out};
-    put(&o, "", 0); /* text is never NULL */
-    put_tmpl(&o, fam->begin, bos, eos);
-    const struct chat_msg *sys = NULL; /* folded into the first user message */
-    for (size_t i = 0; i < n; i++) {
-        int r = role_index(msgs[i].role);
-        if (r == 0 && fam->fold_system) {
-            if (!sys) sys = &msgs[i];
-            continue;
-        }
-        put_tmpl(&o, fam->open[r], bos, eos);
-        if (r == 1 && sys) {
-            put_content(&o, fam, sys->content, sys->len);
-            put(&o, "\n\n", 2);
-            sys = NULL;
-        }
-        put_content(&o, fam, msgs[i].content, msgs[i].len);
-        put_tmpl(&o, fam->close[r], bos, eos);
-    }
-    if (sys) { /* a system message and no user message after it: it becomes the user's turn */
-        put_tmpl(&o, fam->open[1], bos, eos);
-        put_content(&o, fam, sys->content, sys->len);
-        put_tmpl(&o, fam->close[1], bos, eos);
-    }
-    put_tmpl(&o, add_generation_prompt ? fam->gen_prompt : fam->no_gen_end, bos, eos);
-    if (o.oom) {
-        chat_prompt_free(out);
+    cJSON *msgs;
+    attnd_status st = norm_messages(messages, &msgs, err, errlen);
+    if (st) return st;
+    bool has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    cJSON *ctx = make_ctx(msgs, tools, add_generation_prompt, bos, eos);
+    if (!ctx) {
+        snprintf(err, errlen, "out of memory");
         return ATTND_ERR_NOMEM;
     }
+    struct jinja_output o;
+    st = jinja_render(has_tools && t->tools ? t->tools : t->main, ctx, NULL, &o, NULL, err, errlen);
+    cJSON_Delete(ctx);
+    if (st) return st;
+    *out = (struct chat_prompt){o.text, o.len, o.data, o.n_data};
     return ATTND_OK;
 }
 
@@ -240,11 +400,74 @@ void chat_prompt_free(struct chat_prompt *p)
 {
     if (!p) return;
     free(p->text);
-    free(p->spans);
+    free(p->data);
     memset(p, 0, sizeof *p);
 }
 
-/* ---- tokenizing -------------------------------------------------------------------------------- */
+/* ---- tokenizing ------------------------------------------------------------------------------- */
+
+struct special {
+    int id;
+    const char *p;
+    size_t n;
+};
+
+/* The vocabulary's control / user-defined / unknown token texts, sorted by first byte and then
+ * longest first; first[b] .. first[b + 1] is the range starting with byte b. */
+struct specials {
+    struct special *v;
+    size_t n;
+    size_t first[257];
+};
+
+static int special_cmp(const void *a, const void *b)
+{
+    const struct special *x = a, *y = b;
+    unsigned char cx = (unsigned char)x->p[0], cy = (unsigned char)y->p[0];
+    if (cx != cy) return cx < cy ? -1 : 1;
+    return x->n > y->n ? -1 : x->n < y->n;
+}
+
+static attnd_status collect_specials(const struct tokenizer *tok, struct specials *s)
+{
+    memset(s, 0, sizeof *s);
+    int nv = tok_n_vocab(tok);
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int id = 0; id < nv; id++) {
+            enum tok_type ty = tok_token_type(tok, id);
+            if (ty != TOK_TYPE_CONTROL && ty != TOK_TYPE_USER_DEFINED && ty != TOK_TYPE_UNKNOWN) continue;
+            size_t len = 0;
+            const char *p = tok_piece(tok, id, &len);
+            if (!p || !len) continue;
+            if (pass) s->v[k] = (struct special){id, p, len};
+            k++;
+        }
+        if (pass) break;
+        if (k && !(s->v = malloc(k * sizeof *s->v))) return ATTND_ERR_NOMEM;
+        s->n = k;
+        k = 0;
+    }
+    if (s->n) qsort(s->v, s->n, sizeof *s->v, special_cmp);
+    size_t j = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (j < s->n && (unsigned char)s->v[j].p[0] < b) j++;
+        s->first[b] = j;
+    }
+    return ATTND_OK;
+}
+
+/* The special token whose text starts p[0..avail) (longest), or -1; *len its length. */
+static int special_at(const struct specials *s, const char *p, size_t avail, size_t *len)
+{
+    unsigned char b = (unsigned char)p[0];
+    for (size_t i = s->first[b]; i < s->first[b + 1]; i++)
+        if (s->v[i].n <= avail && !memcmp(s->v[i].p, p, s->v[i].n)) {
+            *len = s->v[i].n;
+            return s->v[i].id;
+        }
+    return -1;
+}
 
 struct idv {
     int32_t *v;
@@ -288,30 +511,87 @@ static const char *piece_text(const struct tokenizer *tok, int id, char *buf, si
     return buf;
 }
 
-attnd_status chat_encode(const struct tokenizer *tok, enum chat_family f, const struct chat_msg *msgs, size_t n,
-                         bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err, size_t errlen)
+/* Whether a special token text, matched left to right as the tokenizer would, overlaps a data span. */
+static bool forged(const struct specials *sp, const struct chat_prompt *p)
+{
+    size_t ds = 0, len = 0;
+    for (size_t i = 0; i < p->len;) {
+        if (special_at(sp, p->text + i, p->len - i, &len) < 0) {
+            i++;
+            continue;
+        }
+        while (ds < p->n_data && p->data[ds].off + p->data[ds].len <= i) ds++;
+        if (ds < p->n_data && p->data[ds].off < i + len) return true;
+        i += len;
+    }
+    return false;
+}
+
+/* The forged case: special tokens only outside the data spans, plain text between them. */
+static attnd_status encode_split(const struct tokenizer *tok, const struct specials *sp, const struct chat_prompt *p,
+                                 struct idv *d)
+{
+    attnd_status st = ATTND_OK;
+    size_t from = 0, ds = 0; /* start of the text not yet tokenized; the next data span */
+    for (size_t i = 0; i < p->len && !st;) {
+        while (ds < p->n_data && p->data[ds].off + p->data[ds].len <= i) ds++;
+        if (ds < p->n_data && p->data[ds].off <= i) { /* inside request bytes: skip the span */
+            i = p->data[ds].off + p->data[ds].len;
+            continue;
+        }
+        size_t limit = ds < p->n_data ? p->data[ds].off : p->len, len = 0;
+        int id = special_at(sp, p->text + i, limit - i, &len);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        int32_t id32 = id;
+        st = put_text_ids(tok, d, p->text + from, i - from);
+        if (!st && !idv_put(d, &id32, 1)) st = ATTND_ERR_NOMEM;
+        i += len;
+        from = i;
+    }
+    return st ? st : put_text_ids(tok, d, p->text + from, p->len - from);
+}
+
+/* Tokenizes a rendered prompt (see the top of the file), BOS first where the tokenizer adds it. */
+static attnd_status encode_prompt(const struct tokenizer *tok, const struct chat_prompt *p, struct idv *d)
+{
+    struct specials sp;
+    attnd_status st = collect_specials(tok, &sp);
+    if (!st && forged(&sp, p)) {
+        st = encode_split(tok, &sp, p, d);
+    } else if (!st) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        st = tok_encode(tok, p->text, p->len, false, true, &ids, &k);
+        if (!st && !idv_put(d, ids, k)) st = ATTND_ERR_NOMEM;
+        free(ids);
+    }
+    free(sp.v);
+    int32_t bos = tok_bos(tok);
+    if (!st && bos >= 0 && tok_add_bos(tok) && (!d->n || d->v[0] != bos)) {
+        if (!idv_put(d, &bos, 1)) return ATTND_ERR_NOMEM;
+        memmove(d->v + 1, d->v, (d->n - 1) * sizeof *d->v);
+        d->v[0] = bos;
+    }
+    return st;
+}
+
+attnd_status chat_encode_json(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
+                              const cJSON *tools, bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err,
+                              size_t errlen)
 {
     *ids = NULL;
     *n_ids = 0;
-    char eos_buf[64];
+    char bos_buf[128], eos_buf[128];
+    const char *bos = piece_text(tok, tok_bos(tok), bos_buf, sizeof bos_buf);
     const char *eos = piece_text(tok, tok_eos(tok), eos_buf, sizeof eos_buf);
     struct chat_prompt p;
-    attnd_status st = chat_render(f, msgs, n, add_generation_prompt, NULL, eos, &p, err, errlen);
+    attnd_status st = chat_render(t, messages, tools, add_generation_prompt, bos, eos, &p, err, errlen);
     if (st) return st;
     struct idv d = {0};
-    int32_t bos = tok_bos(tok);
-    if (bos >= 0 && ((unsigned)f < CHAT_FAMILY_COUNT && (g_fam[f].writes_bos || tok_add_bos(tok))) && !idv_put(&d, &bos, 1))
-        st = ATTND_ERR_NOMEM;
-    size_t text_from = 0; /* start of the plain text not yet tokenized */
-    for (size_t i = 0; i < p.n_spans && !st; i++) {
-        const struct chat_span *s = &p.spans[i];
-        int32_t id = tok_find(tok, p.text + s->off, s->len);
-        if (id < 0) continue; /* not a token here: it stays part of the surrounding text */
-        st = put_text_ids(tok, &d, p.text + text_from, s->off - text_from);
-        if (!st && !idv_put(&d, &id, 1)) st = ATTND_ERR_NOMEM;
-        text_from = s->off + s->len;
-    }
-    if (!st) st = put_text_ids(tok, &d, p.text + text_from, p.len - text_from);
+    st = encode_prompt(tok, &p, &d);
     chat_prompt_free(&p);
     if (st) {
         free(d.v);
@@ -325,4 +605,30 @@ attnd_status chat_encode(const struct tokenizer *tok, enum chat_family f, const 
     *ids = d.v;
     *n_ids = d.n;
     return ATTND_OK;
+}
+
+attnd_status chat_encode(const struct tokenizer *tok, const struct chat_tmpl *t, const struct chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err, size_t errlen)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    cJSON *arr = cJSON_CreateArray();
+    bool ok = arr != NULL;
+    for (size_t i = 0; i < n && ok; i++) {
+        cJSON *m = cJSON_CreateObject();
+        char *c = malloc(msgs[i].len + 1);
+        ok = m && c && msgs[i].role;
+        if (ok) {
+            memcpy(c, msgs[i].content, msgs[i].len);
+            c[msgs[i].len] = 0;
+            ok = cJSON_AddStringToObject(m, "role", msgs[i].role) && cJSON_AddStringToObject(m, "content", c);
+        }
+        free(c);
+        if (m && !cJSON_AddItemToArray(arr, m)) cJSON_Delete(m), ok = false;
+    }
+    attnd_status st = ATTND_ERR_NOMEM;
+    if (ok) st = chat_encode_json(tok, t, arr, NULL, add_generation_prompt, ids, n_ids, err, errlen);
+    else snprintf(err, errlen, "out of memory");
+    cJSON_Delete(arr);
+    return st;
 }

@@ -940,12 +940,33 @@ static struct expr *p_postfix(struct parser *P, struct expr *e)
     return P->failed ? NULL : e;
 }
 
+static const char *const k_filters[] = {
+    "tojson", "length", "count", "default", "d", "items", "list", "string", "safe", "e", "escape", "first", "last",
+    "int", "float", "join", "map", "select", "reject", "selectattr", "rejectattr", "sort", "unique", "indent", "trim",
+    "lower", "upper", "title", "capitalize", "replace", "reverse", "abs", "wordcount", "center", "sum", "max", "min",
+    "round", NULL};
+static const char *const k_tests[] = {
+    "defined", "undefined", "none", "string", "mapping", "sequence", "iterable", "number", "integer", "float",
+    "boolean", "true", "false", "callable", "lower", "upper", "odd", "even", "divisibleby", "equalto", "eq", "==",
+    "ne", "!=", "sameas", "in", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", NULL};
+
+static bool known(const char *const *names, const char *s, size_t n)
+{
+    for (; *names; names++)
+        if (strlen(*names) == n && !memcmp(*names, s, n)) return true;
+    return false;
+}
+
 /* name, name(args) or name arg after `|` or `is`; kind E_FILTER or E_TEST. */
 static struct expr *p_filter_or_test(struct parser *P, struct expr *in, int kind, bool neg)
 {
     const struct tok *t = cur(P);
     if (t->t != T_NAME) {
         p_fail(P, "expected a %s name", kind == E_FILTER ? "filter" : "test");
+        return NULL;
+    }
+    if (!known(kind == E_FILTER ? k_filters : k_tests, t->p, t->n)) {
+        p_fail(P, "TemplateAssertionError: No %s named '%.*s'.", kind == E_FILTER ? "filter" : "test", (int)t->n, t->p);
         return NULL;
     }
     struct expr *e = mk(P, kind);
@@ -2317,10 +2338,11 @@ static val int_arith(struct rs *R, int op, int64_t x, int64_t y)
     return vint(r);
 }
 
-static val float_arith(struct rs *R, int op, double x, double y)
+static val float_arith(struct rs *R, int op, double x, double y, bool ints)
 {
     if ((op == B_DIV || op == B_FDIV || op == B_MOD) && y == 0) {
-        fail(R, ATTND_ERR_INVALID, "ZeroDivisionError: float division by zero");
+        fail(R, ATTND_ERR_INVALID, "ZeroDivisionError: %s", ints ? "division by zero" : op == B_DIV ? "float division by zero"
+                                                            : op == B_FDIV ? "float floor division by zero" : "float modulo");
         return UNDEF;
     }
     switch (op) {
@@ -2347,7 +2369,7 @@ static val arith(struct rs *R, int op, const val *a, const val *b)
     }
     if (is_num(a) && is_num(b)) {
         if (a->t != V_FLOAT && b->t != V_FLOAT && op != B_DIV) return int_arith(R, op, num_i(a), num_i(b));
-        return float_arith(R, op, num_f(a), num_f(b));
+        return float_arith(R, op, num_f(a), num_f(b), a->t != V_FLOAT && b->t != V_FLOAT);
     }
     if (op == B_ADD && a->t == V_STR && b->t == V_STR && (a->tuple == 1 || b->tuple == 1)) { /* Markup escapes str */
         val x = f_escape(R, a), y = f_escape(R, b);
@@ -2365,9 +2387,8 @@ static val arith(struct rs *R, int op, const val *a, const val *b)
     }
     if (op == B_MUL && (a->t == V_STR || a->t == V_LIST) && (b->t == V_INT || b->t == V_BOOL)) return repeat(R, a, num_i(b));
     if (op == B_MUL && (b->t == V_STR || b->t == V_LIST) && (a->t == V_INT || a->t == V_BOOL)) return repeat(R, b, num_i(a));
-    if (op == B_ADD && (a->t == V_STR || b->t == V_STR))
-        fail(R, ATTND_ERR_INVALID, "TypeError: can only concatenate str (not \"%s\") to str",
-             type_name(a->t == V_STR ? b : a));
+    if (op == B_ADD && a->t == V_STR)
+        fail(R, ATTND_ERR_INVALID, "TypeError: can only concatenate str (not \"%s\") to str", type_name(b));
     else
         fail(R, ATTND_ERR_INVALID, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", sym[op], type_name(a),
              type_name(b));
@@ -3330,6 +3351,16 @@ static val call_val(struct rs *R, const val *f, const struct av *a, int na, stru
     return UNDEF;
 }
 
+/* The methods that change a list or dict: the immutable sandbox refuses them. */
+static bool unsafe_method(const char *name, size_t n)
+{
+    static const char *const m[] = {"append", "pop", "insert", "extend", "remove", "clear", "sort", "reverse",
+                                    "update", "setdefault", "popitem"};
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        if (n == strlen(m[i]) && !memcmp(name, m[i], n)) return true;
+    return false;
+}
+
 static val ev_call(struct rs *R, struct frame *F, const struct expr *e, struct macro *caller)
 {
     struct av *a;
@@ -3343,10 +3374,9 @@ static val ev_call(struct rs *R, struct frame *F, const struct expr *e, struct m
         else if (o.t == V_LOOP && e->a->nname == 5 && !memcmp(e->a->name, "cycle", 5)) {
             if (!e->nargs) return fail(R, ATTND_ERR_INVALID, "TypeError: no items for cycling given"), UNDEF;
             return a[o.u.lp->i % (size_t)e->nargs].v;
-        } else if (o.t == V_LIST && e->a->nname < 16 && strstr("|append|pop|insert|extend|remove|clear|sort|reverse|",
-                                                             e->a->name) && e->a->name[e->a->nname] != '_') {
-            return fail(R, ATTND_ERR_INVALID, "SecurityError: access to attribute '%.*s' of 'list' object is unsafe.",
-                        (int)e->a->nname, e->a->name), UNDEF;
+        } else if ((o.t == V_LIST || o.t == V_DICT) && unsafe_method(e->a->name, e->a->nname)) {
+            return fail(R, ATTND_ERR_INVALID, "SecurityError: access to attribute '%.*s' of '%s' object is unsafe.",
+                        (int)e->a->nname, e->a->name, type_name(&o)), UNDEF;
         }
         if (found || R->st) return r;
         val f = get_attr(R, &o, e->a->name, e->a->nname);
@@ -3474,6 +3504,10 @@ static void assign(struct rs *R, struct frame *F, const struct expr *t, val v)
         else dict_set(R, ns.u.d, vlit(t->name, t->nname), v, true);
     } else {
         val l;
+        if (v.t != V_LIST && v.t != V_STR && v.t != V_DICT) {
+            fail(R, ATTND_ERR_INVALID, "TypeError: cannot unpack non-iterable %s object", type_name(&v));
+            return;
+        }
         if (!iter_list(R, &v, &l)) return;
         if (l.u.l->n != (size_t)t->nargs) {
             fail(R, ATTND_ERR_INVALID, "ValueError: %s values to unpack (expected %d, got %zu)",
