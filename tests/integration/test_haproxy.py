@@ -30,6 +30,7 @@ fails, its own streams finish, it exits 0 and leaves the pool within 2 s."""
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -432,12 +433,15 @@ def main():
     finally:
         d.stop()
     print(f"shared prefix of each system prompt, tokens: {shared}")
-    h = compare(tmp, shared)
     try:
-        kill_test(h.reps, h.hp)
-        drain_test(h.reps, h.hp)
+        h = compare(tmp, shared)
+        try:
+            kill_test(h.reps, h.hp)
+            drain_test(h.reps, h.hp)
+        finally:
+            h.stop()
     finally:
-        h.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     c.finish()
 
 
