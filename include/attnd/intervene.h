@@ -50,6 +50,27 @@ enum {
     IV_AT_Z = 2,         /* head_scale, head_mean */
     IV_AT_ATTN_OUT = 4,  /* skip attn, skip residual (saves attn_out) */
     IV_AT_MLP_OUT = 8,   /* skip mlp, skip residual */
+    IV_AT_RESID_POST = 16, /* captures only */
+};
+
+/* Where an activation can be captured (POST /v1/activations), TransformerLens' names: each is the
+ * value the model goes on with, after the interventions at that point. */
+enum iv_site {
+    IV_SITE_RESID_PRE = 0, /* a layer's input stream (after steering), d wide */
+    IV_SITE_RESID_POST,    /* its output stream, d */
+    IV_SITE_ATTN_OUT,      /* the attention block's output z·Woᵀ (0 if skipped), d */
+    IV_SITE_MLP_OUT,       /* the MLP's output (0 if skipped), d */
+    IV_SITE_Z,             /* the heads' attention outputs before W_O: n_head * head_dim, or one head's */
+};
+
+/* A capture: rows of one site copied out as a step computes them. */
+struct iv_capture {
+    enum iv_site site;
+    int layer;
+    int head;     /* IV_SITE_Z: one head, or -1 for all of them */
+    size_t width; /* floats per position (iv_site_width) */
+    float *out;   /* (n_pos, width): position p in row p; the caller's buffer, outliving the request */
+    size_t n_pos; /* positions at and past this are not copied */
 };
 
 struct fwd_intervention {
@@ -73,7 +94,28 @@ struct iv_set {
     float *means;        /* (n, head_dim) head_mean items' means of z */
     bool *mean_ready;    /* (n) the mean holds every prompt row */
     uint8_t *hooks;      /* (n_layer) IV_AT_* bits used at each layer */
+    struct iv_capture *caps; /* (n_caps) captures (iv_add_capture) */
+    int n_caps;
 };
+
+/* An empty set for a model of hyperparameters hp (no interventions), for captures. */
+attnd_status iv_create(const struct model_hparams *hp, struct iv_set **out);
+/* "resid_pre", "resid_post", "attn_out", "mlp_out", "z" -> *out; -1 for anything else. */
+int iv_site_parse(const char *name, enum iv_site *out);
+const char *iv_site_name(enum iv_site site);
+/* Floats per position of a site (head: IV_SITE_Z's one head, or -1). */
+size_t iv_site_width(const struct model_hparams *hp, enum iv_site site, int head);
+/* Adds a capture of site at layer (and head for IV_SITE_Z, or -1) into out (n_pos rows of
+ * iv_site_width floats, owned by the caller and kept until the request's last event). A set with
+ * captures computes every position itself (iv_own_blocks). Returns ATTND_ERR_INVALID for a bad
+ * layer or head, ATTND_ERR_NOMEM. */
+attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos);
+/* 1 if a sequence with this set must compute all its positions and share no KV block (head_mean:
+ * the mean depends on the whole prompt; captures: every position is copied out). */
+int iv_own_blocks(const struct iv_set *s);
+/* The captures of site at layer l over n rows (stride floats apart, row i at position pos[i]). */
+void iv_capture(const struct iv_set *s, enum iv_site site, int l, const float *rows, size_t stride,
+                const int32_t *pos, int n);
 
 /* Parses a JSON array of interventions (the API's "interventions" field, `attnd run
  * --intervene`'s file) for a model with hyperparameters hp and a context of n_ctx positions.

@@ -592,23 +592,32 @@ static void iv_hook(struct fwd_cpu *c, const struct fwd_step *s, int l, unsigned
     bool any = false;
     for (int i = 0; i < s->n_seqs; i++) any |= (iv_layer_hooks(s->seqs[i].iv, l) & at) != 0;
     if (!any) return;
-    if (at == IV_AT_RESID_PRE) flush_pending(c, (size_t)s->n_tokens); /* x = resid_pre now */
+    if (at & (IV_AT_RESID_PRE | IV_AT_RESID_POST)) flush_pending(c, (size_t)s->n_tokens); /* x is the stream now */
     for (int i = 0, t = 0; i < s->n_seqs; t += s->seqs[i].n, i++) {
         struct iv_set *iv = s->seqs[i].iv;
         if (!(iv_layer_hooks(iv, l) & at)) continue;
         const int n = s->seqs[i].n;
         const size_t rows = (size_t)n * d * sizeof(float), r0 = (size_t)t * d;
         switch (at) {
-        case IV_AT_RESID_PRE: iv_apply_resid_pre(iv, l, c->x + r0, s->pos + t, n); break;
-        case IV_AT_Z: iv_apply_z(iv, l, c->att + (size_t)t * nq, nq, s->pos + t, n); break;
+        case IV_AT_RESID_PRE:
+            iv_apply_resid_pre(iv, l, c->x + r0, s->pos + t, n);
+            iv_capture(iv, IV_SITE_RESID_PRE, l, c->x + r0, d, s->pos + t, n);
+            break;
+        case IV_AT_Z:
+            iv_apply_z(iv, l, c->att + (size_t)t * nq, nq, s->pos + t, n);
+            iv_capture(iv, IV_SITE_Z, l, c->att + (size_t)t * nq, nq, s->pos + t, n);
+            break;
         case IV_AT_ATTN_OUT:
             if (iv_skips(iv, l, IV_PART_ATTN)) memset(c->h + r0, 0, rows);
             if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->iv_attn + r0, c->h + r0, rows);
+            iv_capture(iv, IV_SITE_ATTN_OUT, l, c->h + r0, d, s->pos + t, n);
             break;
         case IV_AT_MLP_OUT: /* x = resid_pre + attn_out here */
             if (iv_skips(iv, l, IV_PART_MLP)) memset(c->h + r0, 0, rows);
             if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->x + r0, c->iv_attn + r0, rows); /* + mlp_out next */
+            iv_capture(iv, IV_SITE_MLP_OUT, l, c->h + r0, d, s->pos + t, n);
             break;
+        case IV_AT_RESID_POST: iv_capture(iv, IV_SITE_RESID_POST, l, c->x + r0, d, s->pos + t, n); break;
         }
     }
 }
@@ -623,6 +632,7 @@ static void intervened_layer(struct fwd_cpu *c, const struct fwd_step *s, int l,
     iv_hook(c, s, l, IV_AT_ATTN_OUT);
     mlp_block(c, &c->m->layers[l], (size_t)s->n_tokens);
     iv_hook(c, s, l, IV_AT_MLP_OUT);
+    iv_hook(c, s, l, IV_AT_RESID_POST);
 }
 
 /* The residual-stream probe: the stream after layer l at the probed position. */

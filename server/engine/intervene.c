@@ -29,6 +29,7 @@ void iv_destroy(struct iv_set *s)
     free(s->means);
     free(s->mean_ready);
     free(s->hooks);
+    free(s->caps);
     free(s);
 }
 
@@ -86,8 +87,8 @@ static unsigned item_hooks(const struct fwd_intervention *v)
 /* The per-set arrays (means, hooks) and the fingerprint, once the items are in. */
 static attnd_status set_finish(struct iv_set *s)
 {
-    s->means = calloc((size_t)s->n * (size_t)s->head_dim, sizeof *s->means);
-    s->mean_ready = calloc((size_t)s->n, sizeof *s->mean_ready);
+    s->means = calloc((size_t)(s->n ? s->n : 1) * (size_t)s->head_dim, sizeof *s->means);
+    s->mean_ready = calloc((size_t)(s->n ? s->n : 1), sizeof *s->mean_ready);
     s->hooks = calloc((size_t)s->n_layer, sizeof *s->hooks);
     if (!s->means || !s->mean_ready || !s->hooks) return ATTND_ERR_NOMEM;
     for (int i = 0; i < s->n; i++) s->hooks[s->items[i].layer] |= (uint8_t)item_hooks(&s->items[i]);
@@ -103,7 +104,7 @@ attnd_status iv_clone(const struct iv_set *s, struct iv_set **out)
     if (!c) return ATTND_ERR_NOMEM;
     *c = (struct iv_set){.n_embd = s->n_embd, .n_layer = s->n_layer, .n_head = s->n_head, .head_dim = s->head_dim,
                          .n_prompt = s->n_prompt};
-    c->items = calloc((size_t)s->n, sizeof *c->items);
+    c->items = calloc((size_t)(s->n ? s->n : 1), sizeof *c->items);
     if (!c->items) goto oom;
     for (int i = 0; i < s->n; i++, c->n++) {
         const struct fwd_intervention *v = &s->items[i];
@@ -116,11 +117,79 @@ attnd_status iv_clone(const struct iv_set *s, struct iv_set **out)
         if (v->vector) memcpy(w->vector, v->vector, (size_t)s->n_embd * sizeof *w->vector);
     }
     if (set_finish(c)) goto oom;
+    for (int i = 0; i < s->n_caps; i++) {
+        const struct iv_capture *k = &s->caps[i];
+        if (iv_add_capture(c, k->site, k->layer, k->head, k->out, k->n_pos)) goto oom;
+    }
     *out = c;
     return ATTND_OK;
 oom:
     iv_destroy(c);
     return ATTND_ERR_NOMEM;
+}
+
+attnd_status iv_create(const struct model_hparams *hp, struct iv_set **out)
+{
+    *out = NULL;
+    struct iv_set *s = calloc(1, sizeof *s);
+    if (!s) return ATTND_ERR_NOMEM;
+    *s = (struct iv_set){.n_embd = hp->n_embd, .n_layer = hp->n_layer, .n_head = hp->n_head, .head_dim = hp->head_dim};
+    if (set_finish(s)) {
+        iv_destroy(s);
+        return ATTND_ERR_NOMEM;
+    }
+    *out = s;
+    return ATTND_OK;
+}
+
+static const char *const site_names[] = {"resid_pre", "resid_post", "attn_out", "mlp_out", "z"};
+
+int iv_site_parse(const char *name, enum iv_site *out)
+{
+    for (int i = 0; i < 5; i++)
+        if (name && !strcmp(name, site_names[i])) {
+            *out = (enum iv_site)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *iv_site_name(enum iv_site site) { return (unsigned)site < 5 ? site_names[site] : "?"; }
+
+size_t iv_site_width(const struct model_hparams *hp, enum iv_site site, int head)
+{
+    if (site != IV_SITE_Z) return (size_t)hp->n_embd;
+    return (size_t)hp->head_dim * (head >= 0 ? 1 : (size_t)hp->n_head);
+}
+
+attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos)
+{
+    static const uint8_t bit[] = {IV_AT_RESID_PRE, IV_AT_RESID_POST, IV_AT_ATTN_OUT, IV_AT_MLP_OUT, IV_AT_Z};
+    if ((unsigned)site > IV_SITE_Z || layer < 0 || layer >= s->n_layer || head < -1 || head >= s->n_head ||
+        (site != IV_SITE_Z && head != -1))
+        return ATTND_ERR_INVALID;
+    struct iv_capture *nc = realloc(s->caps, (size_t)(s->n_caps + 1) * sizeof *nc);
+    if (!nc) return ATTND_ERR_NOMEM;
+    s->caps = nc;
+    size_t w = site == IV_SITE_Z ? (size_t)s->head_dim * (head >= 0 ? 1 : (size_t)s->n_head) : (size_t)s->n_embd;
+    s->caps[s->n_caps++] = (struct iv_capture){site, layer, head, w, out, n_pos};
+    s->hooks[layer] |= bit[site];
+    return ATTND_OK;
+}
+
+int iv_own_blocks(const struct iv_set *s) { return s && (s->n_caps > 0 || iv_has_head_mean(s)); }
+
+void iv_capture(const struct iv_set *s, enum iv_site site, int l, const float *rows, size_t stride,
+                const int32_t *pos, int n)
+{
+    for (int i = 0; i < s->n_caps; i++) {
+        const struct iv_capture *k = &s->caps[i];
+        if (k->site != site || k->layer != l) continue;
+        const size_t off = site == IV_SITE_Z && k->head >= 0 ? (size_t)k->head * (size_t)s->head_dim : 0;
+        for (int t = 0; t < n; t++)
+            if ((size_t)pos[t] < k->n_pos)
+                memcpy(k->out + (size_t)pos[t] * k->width, rows + (size_t)t * stride + off, k->width * sizeof(float));
+    }
 }
 
 int iv_matches(const struct iv_set *s, const struct model_hparams *hp)

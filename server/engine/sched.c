@@ -803,7 +803,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
         return ATTND_ERR_UNSUPPORTED;
     }
     q->id = s->next_id++;
-    if (iv_has_head_mean(q->iv)) q->kv_key ^= q->id * 0x9e3779b97f4a7c15ULL | 1; /* its blocks: its own */
+    if (iv_own_blocks(q->iv)) q->kv_key ^= q->id * 0x9e3779b97f4a7c15ULL | 1; /* its blocks: its own */
     if (s->tail) s->tail->next = q;
     else s->head = q;
     s->tail = q;

@@ -154,6 +154,7 @@ class Llama:
                 s = iv.get("scale", 1.0)
                 xs = [[a + s * b for a, b in zip(x, iv["vec"])] if self._steered(iv, p, n_prompt) else x
                       for p, x in enumerate(xs)]
+        self.cap[("resid_pre", l)] = xs
         hs = [_rmsnorm(x, L["attn_norm"], self.eps) for x in xs]
         q, k, v = [_mv(L["wq"], h) for h in hs], [_mv(L["wk"], h) for h in hs], [_mv(L["wv"], h) for h in hs]
         for p in range(len(xs)):
@@ -161,9 +162,10 @@ class Llama:
             self._rope(k[p], self.n_head_kv, p)
         z = self._attend(q, k, v)
         self._hook_z(z, l, ivs, n_prompt)
+        self.cap[("z", l)] = z
         skips = {iv["part"] for iv in ivs if iv["kind"] == "skip" and iv["layer"] == l}
         att = [[0.0] * self.d if "attn" in skips else _mv(L["wo"], r) for r in z]
-        out = []
+        out, mlps = [], []
         for x, a in zip(xs, att):
             mid = [u + w for u, w in zip(x, a)]
             h = _rmsnorm(mid, L["ffn_norm"], self.eps)
@@ -171,12 +173,24 @@ class Llama:
             m = [0.0] * self.d if "mlp" in skips else _mv(L["wd"], [gi / (1 + math.exp(-gi)) * ui for gi, ui in zip(g, u)])
             base = a if "residual" in skips else mid
             out.append([b + w for b, w in zip(base, m)])
+            mlps.append(m)
+        self.cap[("attn_out", l)], self.cap[("mlp_out", l)], self.cap[("resid_post", l)] = att, mlps, out
         return out
+
+    def activations(self, toks, n_prompt, ivs):
+        """{(site, layer): rows over all positions} for TransformerLens' sites resid_pre, z,
+        attn_out, mlp_out, resid_post (each after the interventions at it)."""
+        self.cap = {}
+        xs = [list(self.emb[t]) for t in toks]
+        for l in range(self.n_layer):
+            xs = self._layer(xs, l, ivs, n_prompt)
+        return self.cap
 
     def logprobs(self, toks, n_prompt, ivs, rows):
         """Log-softmax rows (lists over the vocabulary) after each position in rows, for the token
         sequence toks (the first n_prompt the prompt) under the interventions ivs (the API's JSON
         form, steer vectors given as "vec")."""
+        self.cap = {}
         xs = [list(self.emb[t]) for t in toks]
         for l in range(self.n_layer):
             xs = self._layer(xs, l, ivs, n_prompt)
