@@ -18,6 +18,8 @@
 #include "attnd/stopstr.h"
 
 struct tokenizer;
+struct gram;
+struct gmask_vocab;
 struct gen; /* opaque */
 
 struct gen_opts {
@@ -27,6 +29,9 @@ struct gen_opts {
     bool ignore_eos;          /* end-of-generation tokens do not end the generation */
     unsigned decode_flags;    /* TOK_DECODE_* for the text (tokenizer.h) */
     int max_tokens;           /* the step that generates this many tokens ends with GEN_LENGTH */
+    const struct gram *grammar;             /* NULL, or the output is held to it (grammar.h): tokens it
+                                               does not allow are masked before sampling */
+    const struct gmask_vocab *grammar_vocab; /* the tokenizer's trie (gram_mask.h), with grammar */
 };
 
 enum gen_end {
@@ -55,7 +60,8 @@ void gen_destroy(struct gen *g);
 void gen_accept_context(struct gen *g, const int32_t *tokens, size_t n);
 
 /* One step from a row of n_vocab logits (see the top of this file). Returns ATTND_ERR_INTERNAL
- * (nothing changed) when the logits hold no finite value. */
+ * (nothing changed) when the logits hold no finite value; with a grammar, ATTND_ERR_INVALID when
+ * it allows no token of the vocabulary here, ATTND_ERR_RANGE when its matcher hit a cap. */
 attnd_status gen_step(struct gen *g, const float *logits, struct gen_token *out);
 
 /* End of the generation: the bytes the detokenizer and the stop matcher still held, in *text

@@ -75,8 +75,12 @@ attnd_status gram_repeat(struct gram_builder *b, int rule, size_t from, int min,
  * caller and may be destroyed right after. */
 attnd_status gram_build(const struct gram_builder *b, const char *root, struct gram **out, char *err,
                         size_t errlen);
-/* Frees g; gram_destroy(NULL) is a no-op. */
+/* Drops one reference to g (gram_build's, or one gram_retain added) and frees it with the last;
+ * gram_destroy(NULL) is a no-op. Thread-safe. */
 void gram_destroy(struct gram *g);
+/* Adds a reference to g (so a request can keep the grammar its submitter drops) and returns g.
+ * Thread-safe. */
+struct gram *gram_retain(const struct gram *g);
 
 /* Size figures of a built grammar (rules after desugaring, elements). */
 size_t gram_n_rules(const struct gram *g);

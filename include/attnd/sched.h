@@ -21,7 +21,9 @@
 #include "attnd/stopstr.h"
 #include "attnd/tensor.h"
 
+struct gram;
 struct iv_set;
+struct kvev;
 struct model;
 struct tokenizer;
 struct sched;
@@ -42,6 +44,8 @@ struct sched_opts {
                            full context */
     enum fwd_backend backend; /* where the steps run (forward.h); 0 = FWD_BACKEND_CPU */
     int vk_device;      /* fwd_opts.vk_device: 0 = the best Vulkan device, N = index N - 1 */
+    struct kvev *kv_events; /* NULL, or where the prefix cache reports its blocks (kvevents.h);
+                               not owned: destroy it after the scheduler */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */
@@ -58,6 +62,8 @@ struct sched_request {
                                    applied to this request's rows only; its KV blocks are shared
                                    only with requests of identical interventions (none for
                                    head_mean). Needs the CPU backend (else ATTND_ERR_INVALID). */
+    const struct gram *grammar; /* NULL, or the output is held to this grammar (grammar.h: from
+                                   gbnf_parse / jsg_compile), retained until the request ends */
 };
 
 enum sched_event_kind { SCHED_EV_TOKEN = 0, SCHED_EV_DONE = 1, SCHED_EV_ERROR = 2 };
@@ -124,6 +130,7 @@ struct sched_stats {
     uint64_t preemptions;
     uint64_t steps, batch_tokens_total;
     uint64_t last_batch_tokens, last_batch_seqs;
+    uint64_t kv_events_dropped; /* KV-cache event records dropped on a full queue (kvevents.h) */
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* The compute backend in use ("cpu" or "vulkan") and its device's name. Thread-safe. */
@@ -153,5 +160,16 @@ attnd_status sched_attention(struct sched *s, const int32_t *tokens, size_t n, i
  * context, ATTND_ERR_NOMEM. */
 attnd_status sched_logit_lens(struct sched *s, const int32_t *tokens, size_t n, int pos, int top_k, int *ids,
                               float *probs);
+
+/* One block of the prefix cache (GET /debug/kv-blocks). */
+struct sched_kv_block {
+    uint64_t hash, parent_hash; /* kv_hash_block chain; parent_hash is the root for a first block */
+    int32_t block;              /* physical block id */
+    int32_t ref;                /* sequences holding it (0: cached, evictable) */
+};
+/* The blocks now in the prefix cache, read on the scheduler thread between steps: the first cap
+ * into out, their number into *n (may exceed cap). Blocks the caller until done. Returns
+ * ATTND_ERR_UNSUPPORTED once the scheduler stops. */
+attnd_status sched_kv_blocks(struct sched *s, struct sched_kv_block *out, size_t cap, size_t *n);
 
 #endif

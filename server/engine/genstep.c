@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/gram_mask.h"
 #include "attnd/stopstr.h"
 #include "attnd/tokenizer.h"
 
@@ -18,6 +19,9 @@ struct gen {
     char *piece;      /* detokenizer output of one token */
     size_t piece_cap; /* tok_max_piece + slack */
     char *tail;       /* gen_finish's gathered bytes */
+    struct gmask_seq *gm; /* the grammar's mask, or NULL */
+    float *masked;        /* (n_vocab) the logits with the mask applied */
+    int n_vocab;
 };
 
 attnd_status gen_create(const struct tokenizer *tok, int n_vocab, const struct gen_opts *o, struct gen **out)
@@ -33,6 +37,9 @@ attnd_status gen_create(const struct tokenizer *tok, int n_vocab, const struct g
     if (!st) st = sampler_create(&o->sampling, n_vocab, &g->smp);
     if (!st) st = stop_create(o->stops, o->n_stops, &g->stop);
     if (!st) st = tok_stream_create(tok, o->decode_flags, &g->ts);
+    if (!st && o->grammar) st = gmask_seq_create(o->grammar_vocab, o->grammar, &g->gm);
+    if (!st && o->grammar && !(g->masked = malloc((size_t)n_vocab * sizeof *g->masked))) st = ATTND_ERR_NOMEM;
+    g->n_vocab = n_vocab;
     if (st) {
         gen_destroy(g);
         return st;
@@ -47,6 +54,8 @@ void gen_destroy(struct gen *g)
     sampler_destroy(g->smp);
     stop_destroy(g->stop);
     tok_stream_destroy(g->ts);
+    gmask_seq_destroy(g->gm);
+    free(g->masked);
     free(g->piece);
     free(g->tail);
     free(g);
@@ -59,8 +68,15 @@ void gen_accept_context(struct gen *g, const int32_t *tokens, size_t n)
 
 attnd_status gen_step(struct gen *g, const float *logits, struct gen_token *out)
 {
+    if (g->gm) { /* the grammar's mask, then sampling among the tokens it allows */
+        memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *g->masked);
+        attnd_status st = gmask_seq_apply(g->gm, g->masked);
+        if (st) return st;
+        logits = g->masked;
+    }
     int id = sampler_sample(g->smp, logits);
     if (id < 0) return ATTND_ERR_INTERNAL;
+    if (g->gm && gmask_seq_accept(g->gm, id)) return ATTND_ERR_INTERNAL;
     sampler_accept(g->smp, id);
     g->n_gen++;
     *out = (struct gen_token){.id = id, .text = "", .len = 0, .end = GEN_MORE};

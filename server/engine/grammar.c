@@ -634,6 +634,7 @@ attnd_status gram_build(const struct gram_builder *b, const char *root, struct g
     struct gram *g = calloc(1, sizeof *g);
     if (!g) return ATTND_ERR_NOMEM;
     g->root = (uint32_t)rid;
+    atomic_init(&g->refs, 1);
     attnd_status st = layout(b, g);
     if (st == ATTND_ERR_RANGE) set_err(err, errlen, "grammar: more than %u elements", GRAM_MAX_ELEMS);
     if (st == ATTND_OK) st = check(b, g, err, errlen);
@@ -648,12 +649,19 @@ attnd_status gram_build(const struct gram_builder *b, const char *root, struct g
 
 void gram_destroy(struct gram *g)
 {
-    if (!g) return;
+    if (!g || atomic_fetch_sub(&g->refs, 1) > 1) return;
     free(g->elems);
     free(g->sets);
     free(g->alt_off);
     free(g->alts);
     free(g);
+}
+
+struct gram *gram_retain(const struct gram *g)
+{
+    struct gram *w = (struct gram *)g; /* the count is the one mutable field */
+    atomic_fetch_add(&w->refs, 1);
+    return w;
 }
 
 size_t gram_n_rules(const struct gram *g)

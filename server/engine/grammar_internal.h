@@ -2,6 +2,7 @@
 #ifndef ATTND_GRAMMAR_INTERNAL_H
 #define ATTND_GRAMMAR_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "attnd/grammar.h"
@@ -24,6 +25,7 @@ struct gram {
     uint32_t *alts;      /* start positions (into elems) of the live alternatives */
     uint32_t n_rules;
     uint32_t root;       /* rule id of the start rule */
+    atomic_int refs;     /* gram_retain / gram_destroy */
 };
 
 /* Whether byte c is in set s. */

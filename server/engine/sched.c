@@ -29,6 +29,8 @@
 #include "attnd/check.h"
 #include "attnd/forward.h"
 #include "attnd/genstep.h"
+#include "attnd/gram_mask.h"
+#include "attnd/grammar.h"
 #include "attnd/intervene.h"
 #include "attnd/kvcache.h"
 #include "attnd/log.h"
@@ -48,6 +50,8 @@ struct req {
     bool ignore_eos;
     int logprobs;
     struct iv_set *iv; /* its own copy of the interventions, or NULL */
+    struct gram *grammar;                /* retained (gram_retain), or NULL */
+    const struct gmask_vocab *gvocab;    /* s->gvocab, with grammar */
     uint64_t kv_key;   /* prefix-cache key (kv_seq_create_keyed): 0 plain, the interventions'
                           fingerprint, or unique to the request with head_mean */
     sched_cb cb;
@@ -93,6 +97,7 @@ struct sched {
     struct req **batch_req;
     struct req **order;       /* (max_running) scratch */
     uint64_t admit_counter;
+    struct gmask_vocab *gvocab; /* the vocabulary trie for grammars: built at the first one */
 
     pthread_t thread;
     int thread_started;
@@ -121,6 +126,7 @@ static void req_free(struct req *r)
     free(r->toks);
     free(r->logits);
     iv_destroy(r->iv);
+    gram_destroy(r->grammar);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r);
 }
@@ -243,7 +249,8 @@ static void admit(struct sched *s)
             r->t_start = now_ms();
             const struct gen_opts go = {.sampling = r->sampling, .stops = (const char *const *)r->stops,
                                         .n_stops = r->n_stops, .ignore_eos = r->ignore_eos,
-                                        .max_tokens = r->max_tokens};
+                                        .max_tokens = r->max_tokens, .grammar = r->grammar,
+                                        .grammar_vocab = r->gvocab};
             if (gen_create(s->tok, s->m->hp.n_vocab, &go, &r->gen) ||
                 !(r->logits = malloc((size_t)s->m->hp.n_vocab * sizeof(float)))) {
                 send_error(r, ATTND_ERR_NOMEM, "out of memory");
@@ -302,8 +309,11 @@ static int sample_and_emit(struct sched *s, int idx)
         return 1;
     }
     struct gen_token gt;
-    if (gen_step(r->gen, r->logits, &gt)) {
-        send_error(r, ATTND_ERR_INTERNAL, "the sampler found no token to pick");
+    attnd_status gst = gen_step(r->gen, r->logits, &gt);
+    if (gst) {
+        send_error(r, gst == ATTND_ERR_INTERNAL ? gst : ATTND_ERR_UNSUPPORTED,
+                   gst == ATTND_ERR_INTERNAL ? "the sampler found no token to pick"
+                                             : "the grammar allows no token of this vocabulary here");
         req_free(drop_running(s, idx));
         return 1;
     }
@@ -701,6 +711,7 @@ void sched_destroy(struct sched *s, int grace_ms)
     fwd_destroy(s->fwd);
     fwd_destroy(s->attn_fwd);
     kv_destroy(s->kv);
+    gmask_vocab_destroy(s->gvocab);
     free(s->probe_q);
     free(s->probe_att);
     free(s->running);
@@ -745,6 +756,27 @@ static attnd_status iv_take(struct req *q, const struct sched_request *r)
     return ATTND_OK;
 }
 
+/* Gives q the request's grammar (retained) and the vocabulary trie, built at the first grammar
+ * (outside the lock: it takes a while on a large vocabulary; a race keeps one of two). */
+static attnd_status grammar_take(struct sched *s, struct req *q, const struct sched_request *r)
+{
+    if (!r->grammar) return ATTND_OK;
+    pthread_mutex_lock(&s->mu);
+    struct gmask_vocab *v = s->gvocab;
+    pthread_mutex_unlock(&s->mu);
+    if (!v) {
+        if (gmask_vocab_create(s->tok, &v)) return ATTND_ERR_NOMEM;
+        pthread_mutex_lock(&s->mu);
+        if (s->gvocab) gmask_vocab_destroy(v);
+        else s->gvocab = v;
+        v = s->gvocab;
+        pthread_mutex_unlock(&s->mu);
+    }
+    q->gvocab = v;
+    q->grammar = gram_retain(r->grammar);
+    return ATTND_OK;
+}
+
 attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_cb cb, void *ud, uint64_t *id,
                           char *err, size_t errlen)
 {
@@ -776,7 +808,7 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
     q->toks = malloc((r->n_prompt + (size_t)r->max_tokens) * sizeof *q->toks);
     if (!q->toks) goto oom;
     memcpy(q->toks, r->prompt, r->n_prompt * sizeof *q->toks);
-    if (iv_take(q, r)) goto oom;
+    if (iv_take(q, r) || grammar_take(s, q, r)) goto oom;
     q->n_toks = q->n_prompt = r->n_prompt;
     q->max_tokens = r->max_tokens;
     q->sampling = r->sampling;
