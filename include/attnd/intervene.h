@@ -110,6 +110,10 @@ size_t iv_site_width(const struct model_hparams *hp, enum iv_site site, int head
  * captures computes every position itself (iv_own_blocks). Returns ATTND_ERR_INVALID for a bad
  * layer or head, ATTND_ERR_NOMEM. */
 attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos);
+/* The prefix-cache key of a request with this set (n_prompt set; 0 for NULL): the fingerprint,
+ * mixed with n_prompt when a steer acts on generated positions only (the same tokens may be
+ * generated in one request and prompt in another, computed differently). */
+uint64_t iv_kv_key(const struct iv_set *s);
 /* 1 if a sequence with this set must compute all its positions and share no KV block (head_mean:
  * the mean depends on the whole prompt; captures: every position is copied out). */
 int iv_own_blocks(const struct iv_set *s);

@@ -177,6 +177,17 @@ attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int 
     return ATTND_OK;
 }
 
+uint64_t iv_kv_key(const struct iv_set *s)
+{
+    if (!s) return 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->items[i].kind == IV_STEER && s->items[i].where == IV_POS_GENERATED) {
+            uint64_t k = mix(s->fingerprint, (uint64_t)s->n_prompt);
+            return k ? k : 1;
+        }
+    return s->fingerprint;
+}
+
 int iv_own_blocks(const struct iv_set *s) { return s && (s->n_caps > 0 || iv_has_head_mean(s)); }
 
 void iv_capture(const struct iv_set *s, enum iv_site site, int l, const float *rows, size_t stride,

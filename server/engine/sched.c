@@ -752,7 +752,7 @@ static attnd_status iv_take(struct req *q, const struct sched_request *r)
     if (!r->iv) return ATTND_OK;
     if (iv_clone(r->iv, &q->iv)) return ATTND_ERR_NOMEM;
     q->iv->n_prompt = r->n_prompt;
-    q->kv_key = q->iv->fingerprint;
+    q->kv_key = iv_kv_key(q->iv);
     return ATTND_OK;
 }
 

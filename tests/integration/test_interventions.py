@@ -193,6 +193,21 @@ def check_prefix_cache(d):
     c.check(worst <= TOL, f"head_mean, a 40-token prompt: {worst:.2e} from the reference")
 
 
+def check_generated_key(d):
+    """steer "generated": the same tokens are generated for one request and prompt for another,
+    so blocks computed under it are not shared across prompt lengths."""
+    p = PROMPT + [rng.randrange(3, 32000) for _ in range(8)]
+    ivs = [{"kind": "steer", "layer": 0, "vector": VEC, "scale": 6, "positions": "generated"}]
+    a = d.post("/v1/generate", {"prompt": p, "max_tokens": 20, "temperature": 0, "ignore_eos": True,
+                                "interventions": ivs}).json()
+    p2 = p + a["tokens"][:16]
+    b = d.post("/v1/generate", {"prompt": p2, "max_tokens": 2, "temperature": 0, "logprobs": 1, "ignore_eos": True,
+                                "interventions": ivs}).json()
+    rows = ref.logprobs(p2 + b["tokens"][:-1], len(p2), ref_ivs(ivs), range(len(p2) - 1, len(p2) + 1))
+    worst = max(abs(r[t["token"]] - t["logprob"]) for r, t in zip(rows, b["logprobs"]))
+    c.check(worst <= TOL, f"steer generated, a prompt holding another request's generated tokens: {worst:.2e}")
+
+
 def check_routes(d):
     ivs = [{"kind": "skip", "layer": 0, "part": "mlp"}, {"kind": "head_mean", "layer": 1, "head": 0}]
     r = d.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 2, "interventions": ivs})
@@ -252,6 +267,7 @@ try:
     check_bad(d)
     check_batched(d)
     check_prefix_cache(d)
+    check_generated_key(d)
     check_routes(d)
     check_run(CASES[-1][1], results["mix"])
 finally:
