@@ -148,7 +148,7 @@ static int cmp_pair(const void *a, const void *b)
 /* Sorts and merges; with negate, replaces the set by its complement in [0, MAX_CP]. */
 static void rs_normalize(struct rset *s, bool negate)
 {
-    qsort(s->r, s->n, 2 * sizeof *s->r, cmp_pair);
+    if (s->n) qsort(s->r, s->n, 2 * sizeof *s->r, cmp_pair);
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
         if (k && s->r[2 * i] <= s->r[2 * k - 1] + 1) {
