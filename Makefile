@@ -28,7 +28,7 @@ CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-f
 LDFLAGS_fuzz   := -fsanitize=fuzzer,address,undefined
 CFLAGS  += $(WARN) $(CFLAGS_$(VARIANT)) -pthread
 LDFLAGS += $(LDFLAGS_$(VARIANT)) -pthread
-LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lvulkan -lm
+LDLIBS  := -lmicrohttpd -lcjson -luring -lpcre2-8 -lvulkan -lzmq -lmsgpackc -lm
 
 # Per-file instruction sets: only these files use them, behind a run-time CPU check.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c

@@ -14,12 +14,13 @@ set -eu
 mode=${1:-all}
 
 # ldd build/release/attnd: libmicrohttpd (with GnuTLS, which its package pulls in), cJSON, liburing,
-# PCRE2, the Vulkan loader; libc/libm are in every Debian base.
-runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1"
+# PCRE2, the Vulkan loader, ZeroMQ and msgpack-c (the KV-cache events); libc/libm are in every Debian base.
+runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1 libzmq5 libmsgpackc2"
 vulkan_cpu="mesa-vulkan-drivers"
 build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev libpcre2-dev \
-libvulkan-dev glslang-tools"
+libvulkan-dev glslang-tools libzmq3-dev libmsgpack-dev"
 test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests python3-jsonschema haproxy curl docker-compose \
+python3-zmq python3-msgpack \
 clang libclang-rt-14-dev"   # clang + libFuzzer runtime: the fuzz harnesses (make fuzz; make test replays them)
 image="buildah mmdebstrap python3 python3-yaml python3-requests"
 

@@ -63,6 +63,7 @@
 
 struct kv_cache; /* opaque: the pool, its block metadata and the prefix cache */
 struct kv_seq;   /* opaque: one sequence (request) and its block table */
+struct kvev;     /* kvevents.h: the KV-cache event publisher */
 
 struct kv_opts {
     int n_layer;             /* transformer layers, 1..KV_MAX_DIM */
@@ -74,6 +75,8 @@ struct kv_opts {
                                 e.g. on a GPU); kv_k_base/kv_v_base return NULL */
     uint64_t hash_mask;      /* tests only: 0 (the default) uses the full 64-bit hash; otherwise
                                 block hashes are ANDed with it, to force collisions */
+    struct kvev *events;     /* NULL (the default), or where blocks entering and leaving the
+                                prefix cache are reported (kvevents.h); not owned */
 };
 
 /* Options with type TENSOR_F16, no_storage false, hash_mask 0. Thread-safe. */

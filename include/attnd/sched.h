@@ -165,6 +165,7 @@ attnd_status sched_logit_lens(struct sched *s, const int32_t *tokens, size_t n, 
 struct sched_kv_block {
     uint64_t hash, parent_hash; /* kv_hash_block chain; parent_hash is the root for a first block */
     int32_t block;              /* physical block id */
+    int32_t parent;             /* its parent's block id, -1 for a sequence's first block */
     int32_t ref;                /* sequences holding it (0: cached, evictable) */
 };
 /* The blocks now in the prefix cache, read on the scheduler thread between steps: the first cap

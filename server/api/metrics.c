@@ -275,6 +275,8 @@ static void render_sched(struct api_buf *b, const struct sched_stats *st, bool l
     render_kv(b, st);
     single(b, "attnd_preemptions_total", "counter", "Running requests pre-empted because the KV pool ran out.",
            st->preemptions);
+    single(b, "attnd_kv_events_dropped_total", "counter", "KV-cache event records dropped on a full queue (--kv-events).",
+           st->kv_events_dropped);
     single(b, "attnd_scheduler_steps_total", "counter", "Scheduler steps (one forward pass each).", st->steps);
     single(b, "attnd_batch_tokens_total", "counter", "Tokens evaluated in all steps (prompt chunks + decode tokens).",
            st->batch_tokens_total);

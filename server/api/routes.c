@@ -7,6 +7,7 @@
 #include "server/api/attention.h"
 #include "server/api/generate.h"
 #include "server/api/heads.h"
+#include "server/api/kv_debug.h"
 #include "server/api/health.h"
 #include "server/api/logit_lens.h"
 #include "server/api/metrics_route.h"
@@ -30,6 +31,7 @@ const struct api_route api_routes[] = {
     {"/v1/models",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_models},
     {"/v1/models/{id}",      api_models_match, "GET, HEAD", ROUTE_ENGINE | ROUTE_OPENAI, api_model},
     {"/metrics",             NULL,        "GET, HEAD", 0,                          api_metrics},
+    {"/debug/kv-blocks",     NULL,        "GET, HEAD", ROUTE_ENGINE,               api_kv_debug},
     /* the playground's static files hold no secrets (the page asks for the key): last, so no
      * file name shadows a route */
     {"/",                    api_web_has, "GET, HEAD", ROUTE_OPEN,                 api_web},

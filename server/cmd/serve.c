@@ -18,6 +18,7 @@
 
 #include "attnd/chat_template.h"
 #include "attnd/http.h"
+#include "attnd/kvevents.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sched.h"
@@ -71,6 +72,7 @@ struct serve_args {
     const char *model_path, *key_file;
     long grace_ms;
     int kv_type; /* enum tensor_type, or KV_TYPE_AUTO */
+    const char *kv_events, *kv_events_replay, *kv_events_topic; /* --kv-events* (kvevents.h) */
 };
 
 static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENSOR_F16}, {NULL, 0}};
@@ -97,6 +99,11 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--kv-mib", NULL, CLI_SIZE, &so->kv_mib, "N", "KV cache pool, MiB (default 256; at least one full context)"), CLI_RANGE(1, 1L << 30)},
         {CLI_OPT("--kv-blocks", NULL, CLI_SIZE, &so->kv_blocks, "N", "KV cache pool in 16-token blocks (overrides --kv-mib)"), CLI_RANGE(1, 1L << 30)},
         {CLI_OPT("--kv-type", NULL, CLI_CHOICE, &A->kv_type, "f32|f16", "KV cache element type (default: f32 for F32 models, else f16)"), .choices = g_kv_types},
+        {CLI_OPT("--kv-events", NULL, CLI_STR, &A->kv_events, "ENDPOINT", "publish KV-cache events in vLLM's format on a ZeroMQ PUB socket\n"
+                 "bound here, e.g. tcp://127.0.0.1:5557 (a leading '>' connects)")},
+        {CLI_OPT("--kv-events-replay", NULL, CLI_STR, &A->kv_events_replay, "ENDPOINT", "a ROUTER socket bound here replays the last 10000 event batches")},
+        {CLI_OPT("--kv-events-topic", NULL, CLI_STR, &A->kv_events_topic, "TOPIC", "first frame of each event message (default empty; llm-d reads\n"
+                 "kv@POD@MODEL)")},
         {CLI_OPT("--max-body", NULL, CLI_SIZE, &hc->max_body, "BYTES", "largest request body (default 1048576; bigger: 413)"), CLI_RANGE(64, 1L << 30)},
         {CLI_OPT("--max-tokens-cap", NULL, CLI_INT, &hc->max_tokens_cap, "N", "largest max_tokens a request may ask (default 4096)"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--keep-requests", NULL, CLI_INT, &hc->keep_requests, "N", "finished requests /attention can address (default 16)"), CLI_RANGE(1, 1 << 16)},
@@ -227,6 +234,24 @@ static void serve_until_signal(struct http_server *srv, struct loader *L, const 
     log_info("stopped");
 }
 
+/* Starts the KV-cache event publisher when --kv-events asks (A->so.kv_events then points to it,
+ * *out owns it). Returns 0, or the exit status after a message (2: a usage error). */
+static int start_kv_events(struct serve_args *A, struct kvev **out)
+{
+    *out = NULL;
+    if (!A->kv_events && !A->kv_events_replay) return 0;
+    struct kvev_opts ko = kvev_opts_default();
+    ko.endpoint = A->kv_events, ko.replay_endpoint = A->kv_events_replay, ko.topic = A->kv_events_topic;
+    char kerr[512];
+    attnd_status st = kvev_create(&ko, out, kerr, sizeof kerr);
+    if (st) {
+        fprintf(stderr, "attnd serve: %s\n", st == ATTND_ERR_INVALID ? "--kv-events-replay needs --kv-events" : kerr);
+        return st == ATTND_ERR_INVALID ? 2 : 1;
+    }
+    A->so.kv_events = *out;
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct serve_args A = {0};
@@ -242,6 +267,11 @@ int cmd_serve(int argc, char **argv)
     if ((rc = settle_api_key(&A, &key))) return rc;
     sigset_t sigs;
     block_signals(&sigs);
+    struct kvev *kve = NULL; /* after block_signals: its thread inherits the mask */
+    if ((rc = start_kv_events(&A, &kve))) {
+        free(key);
+        return rc;
+    }
 
     rc = 1;
     char err[512];
@@ -289,6 +319,7 @@ out:
     sched_destroy(L.s, 0);
     tok_destroy(L.tok);
     model_destroy(L.m);
+    kvev_destroy(kve); /* after the scheduler, whose cache reports to it */
     free(key);
     return rc;
 }

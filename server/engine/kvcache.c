@@ -3,6 +3,7 @@
 #include "attnd/kvcache.h"
 
 #include "attnd/check.h"
+#include "attnd/kvevents.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <stdio.h>
@@ -268,6 +269,7 @@ static int32_t block_alloc(struct kv_cache *c)
         ATTND_CHECK(b >= 0);
         lru_remove(c, b);
         index_remove(c, b);
+        kvev_block_removed(c->opts.events, c->blocks[b].hash);
         c->blocks[b].registered = false;
         c->blocks[b].gen++; /* children registered under this block no longer match it */
         c->evictions++;
@@ -360,6 +362,7 @@ attnd_status kv_create(const struct kv_opts *opts, struct kv_cache **out)
         k->hnext = -1;
         free_push(c, (int32_t)i);
     }
+    kvev_all_cleared(c->opts.events); /* starts empty: a subscriber holding an earlier run's view resets */
     *out = c;
     return ATTND_OK;
 
@@ -381,6 +384,7 @@ static void seq_free(struct kv_seq *s)
 void kv_destroy(struct kv_cache *c)
 {
     if (!c) return;
+    kvev_all_cleared(c->opts.events);
     while (c->seqs) {
         struct kv_seq *s = c->seqs;
         c->seqs = s->next;
@@ -572,6 +576,7 @@ attnd_status kv_seq_commit(struct kv_seq *s, size_t n_computed)
         memcpy(k->tokens, t, sizeof k->tokens);
         k->registered = true;
         index_insert(c, b);
+        kvev_block_stored(c->opts.events, k->hash, i > 0 || k->parent_hash != KV_HASH_ROOT, k->parent_hash, k->tokens);
     }
     if (full > s->n_reg) s->n_reg = full;
     return ATTND_OK;

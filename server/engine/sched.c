@@ -33,6 +33,7 @@
 #include "attnd/grammar.h"
 #include "attnd/intervene.h"
 #include "attnd/kvcache.h"
+#include "attnd/kvevents.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
@@ -72,12 +73,14 @@ struct req {
 };
 
 struct attn_job {
-    int lens;          /* 0: attention map, 1: logit lens */
+    int lens;          /* 0: attention map, 1: logit lens, 2: prefix-cache block list */
     const int32_t *tokens;
     size_t n;
     int layer, head;   /* lens: layer = position, head = top_k */
     float *weights, *values, *output;
     int *ids;          /* lens: (n_layer, top_k) */
+    struct sched_kv_block *blocks; /* block list: (n) filled, n_found counted */
+    size_t n_found;
     attnd_status st;
     int done;
     struct attn_job *next;
@@ -533,10 +536,30 @@ out:
     free(logits);
 }
 
+/* The registered blocks of the prefix cache into j->blocks (the first j->n), counted in n_found. */
+static void run_kv_blocks(struct sched *s, struct attn_job *j)
+{
+    j->n_found = 0;
+    struct kv_block_info bi;
+    for (size_t b = 0; b < kv_n_blocks(s->kv); b++) {
+        if (kv_block_get_info(s->kv, (int32_t)b, &bi) || !bi.registered) continue;
+        if (j->n_found < j->n)
+            j->blocks[j->n_found] = (struct sched_kv_block){.hash = bi.hash, .parent_hash = bi.parent_hash,
+                                                            .block = (int32_t)b, .parent = bi.parent,
+                                                            .ref = bi.ref};
+        j->n_found++;
+    }
+    j->st = ATTND_OK;
+}
+
 static void run_attention(struct sched *s, struct attn_job *j)
 {
     const struct model_hparams *hp = &s->m->hp;
     const size_t hd = (size_t)hp->head_dim, nq = (size_t)hp->n_head * hd;
+    if (j->lens == 2) {
+        run_kv_blocks(s, j);
+        return;
+    }
     if (j->lens) {
         run_logit_lens(s, j);
         return;
@@ -654,6 +677,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     if ((st = fwd_create(m, &fo, &s->fwd))) goto fail;
     struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, blocks);
     ko.type = s->o.kv_type;
+    ko.events = s->o.kv_events;
     ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
     if ((st = kv_create(&ko, &s->kv))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
@@ -897,6 +921,7 @@ void sched_get_stats(struct sched *s, struct sched_stats *st)
     st->queued = s->n_queued;
     pthread_mutex_unlock(&s->mu);
     st->kv_tokens_capacity = (uint64_t)st->kv_blocks_total * KV_BLOCK_SIZE;
+    st->kv_events_dropped = kvev_dropped(s->o.kv_events);
     st->kv_bytes_capacity = (uint64_t)st->kv_blocks_total *
                             kv_bytes_per_block(hp->n_layer, hp->n_head_kv, hp->head_dim, s->o.kv_type);
 }
@@ -950,4 +975,13 @@ attnd_status sched_logit_lens(struct sched *s, const int32_t *tokens, size_t n, 
     struct attn_job j = {.lens = 1, .tokens = tokens, .n = n, .layer = pos, .head = top_k, .weights = probs,
                          .ids = ids};
     return run_job(s, &j);
+}
+
+attnd_status sched_kv_blocks(struct sched *s, struct sched_kv_block *out, size_t cap, size_t *n)
+{
+    if (!n || (cap && !out)) return ATTND_ERR_INVALID;
+    struct attn_job j = {.lens = 2, .blocks = out, .n = cap};
+    attnd_status st = run_job(s, &j);
+    *n = j.n_found;
+    return st;
 }
