@@ -13,13 +13,15 @@
  *   grammar cannot express "exactly one"), $ref to "#" and JSON pointers into the same
  *   document (so #/$defs/x and #/definitions/x), minLength, maxLength, pattern (regex_gbnf.h),
  *   format date / time / date-time / uuid (RFC 3339 / RFC 4122 forms; no leap seconds), and
- *   minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (exact digit ranges).
- *   Annotations are ignored: $schema, $id (root only), $comment, title, description, default,
- *   examples, deprecated, readOnly, writeOnly, contentMediaType, contentEncoding, contentSchema,
- *   $defs, definitions.
- * Refused (ATTND_ERR_UNSUPPORTED, the message names the keyword): every other keyword; bounds on
- *   non-integer numbers; pattern or format together with length bounds; enum/const, anyOf or
- *   $ref next to other assertions; other formats.
+ *   minimum / maximum / exclusiveMinimum / exclusiveMaximum (exact: digit ranges on integers; on
+ *   numbers, whole-number bounds, the integer part ranged and the fraction checked at the ends;
+ *   such numbers are written without an exponent).
+ *   Annotations are ignored: $schema (one of the published drafts), $id (root only), $comment,
+ *   title, description, default, examples, deprecated, readOnly, writeOnly, contentMediaType,
+ *   contentEncoding, contentSchema, $defs, definitions.
+ * Refused (ATTND_ERR_UNSUPPORTED, the message names the keyword): every other keyword; fractional
+ *   bounds on numbers; pattern or format together with length bounds; enum/const, anyOf or
+ *   $ref next to other assertions; other formats; custom meta-schemas; strings holding \u0000.
  *
  * What the grammar generates (its one spelling of each value): objects with their properties in
  * schema order (required ones first, in the order of "properties"), extra properties after them;

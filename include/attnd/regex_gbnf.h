@@ -58,6 +58,15 @@ attnd_status rxg_regex(struct rxg_buf *b, const char *pattern, size_t len, const
  * -RXG_MAX_INT <= lo <= hi <= RXG_MAX_INT. */
 void rxg_int_range(struct rxg_buf *b, int64_t lo, int64_t hi);
 
+/* Bounds of a number range: a side is absent (has = false), inclusive or exclusive. */
+struct rxg_bound {
+    bool has, excl;
+    int64_t v; /* |v| <= RXG_MAX_INT */
+};
+/* An item matching the JSON numbers (no exponent; at most 16 integer and 16 fraction digits,
+ * more digits where a fraction must not be zero) between lo and hi. "nothing" when empty. */
+void rxg_number_range(struct rxg_buf *b, struct rxg_bound lo, struct rxg_bound hi);
+
 /* An item matching the JSON-encoded content of any string except the n strings keys[i]
  * (UTF-8, lens[i] bytes); jchar names the rule of one JSON string character. The exclusion is
  * on the canonical encoding: a key spelled with a needless \u escape is not excluded. */

@@ -187,6 +187,17 @@ static unsigned schema_types(struct jc *c, const cJSON *node)
     return bits;
 }
 
+/* Whether a "$schema" value names one of the published drafts (whose vocabularies we follow). */
+static bool known_dialect(const cJSON *v)
+{
+    if (!cJSON_IsString(v)) return false;
+    const char *s = v->valuestring;
+    if (!strncmp(s, "https://", 8)) s += 8;
+    else if (!strncmp(s, "http://", 7)) s += 7;
+    else return false;
+    return !strncmp(s, "json-schema.org/draft", 21) && !strchr(s + 21, '?');
+}
+
 /* Checks every keyword of node; returns the set of kinds present (bit 1 << kind). */
 static unsigned check_keywords(struct jc *c, const cJSON *node)
 {
@@ -195,6 +206,11 @@ static unsigned check_keywords(struct jc *c, const cJSON *node)
         int k = kw_kind(it->string);
         if (k < 0) {
             jc_fail(c, ATTND_ERR_UNSUPPORTED, "keyword \"%s\" is not supported", it->string);
+            return 0;
+        }
+        if (!strcmp(it->string, "$schema") && !known_dialect(it)) {
+            jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"$schema\": \"%.80s\" is not a JSON Schema draft (custom meta-schemas "
+                    "are not supported)", cJSON_IsString(it) ? it->valuestring : "?");
             return 0;
         }
         if (k == KW_ID && node != c->root) {
@@ -388,16 +404,32 @@ static void integer_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
     else rxg_int_range(b, (int64_t)lo, (int64_t)hi);
 }
 
+/* Folds one bound keyword into *bd (the tighter bound wins; at equal values the exclusive one).
+ * upper: a maximum. Only whole numbers within RXG_MAX_INT can be honoured exactly. */
+static void fold_bound(struct jc *c, const cJSON *node, const char *name, bool excl, bool upper, struct rxg_bound *bd)
+{
+    double v;
+    if (!bound_kw(c, node, name, &v)) return;
+    if (v != floor(v) || fabs(v) > (double)RXG_MAX_INT)
+        return jc_fail(c, ATTND_ERR_UNSUPPORTED,
+                       "\"%s\": %g on a number: only whole-number bounds up to 16 digits can be expressed exactly",
+                       name, v);
+    int64_t iv = (int64_t)v;
+    bool tighter = !bd->has || (upper ? iv < bd->v : iv > bd->v) || (iv == bd->v && excl);
+    if (tighter) *bd = (struct rxg_bound){true, excl, iv};
+}
+
+/* A number, with bounds when given (then written without an exponent). */
 static void number_body(struct jc *c, const cJSON *node, struct rxg_buf *b)
 {
-    static const char *bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-    for (int i = 0; i < 4; i++)
-        if (cJSON_GetObjectItemCaseSensitive(node, bounds[i]))
-            return jc_fail(c, ATTND_ERR_UNSUPPORTED,
-                           "\"%s\" on a number that may have a fraction cannot be expressed exactly (it can on "
-                           "\"type\": \"integer\")",
-                           bounds[i]);
-    rxg_puts(b, "number");
+    struct rxg_bound lo = {0}, hi = {0};
+    fold_bound(c, node, "minimum", false, false, &lo);
+    fold_bound(c, node, "exclusiveMinimum", true, false, &lo);
+    fold_bound(c, node, "maximum", false, true, &hi);
+    fold_bound(c, node, "exclusiveMaximum", true, true, &hi);
+    if (c->st != ATTND_OK) return;
+    if (!lo.has && !hi.has) rxg_puts(b, "number");
+    else rxg_number_range(b, lo, hi);
 }
 
 /* ---- arrays ---- */

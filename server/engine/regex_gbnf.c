@@ -569,6 +569,62 @@ void rxg_int_range(struct rxg_buf *b, int64_t lo, int64_t hi)
     rxg_puts(b, ")");
 }
 
+/* ---- numbers with bounds ---- */
+
+#define FRAC_ANY "( \".\" [0-9]{1,16} )?"
+#define FRAC_ZERO "( \".\" \"0\"{1,16} )?"
+#define FRAC_NONZERO "( \".\" \"0\"{0,15} [1-9] [0-9]{0,15} )"
+
+/* Appends one alternative "integer part in [a, z], then frac" to b (nothing when a > z). */
+static void num_piece(struct rxg_buf *b, bool *first, int64_t a, int64_t z, const char *frac)
+{
+    if (a > z) return;
+    rxg_puts(b, *first ? "" : " | ");
+    *first = false;
+    rxg_puts(b, "( ");
+    pos_range(b, a, z);
+    rxg_printf(b, " %s )", frac);
+}
+
+/* The non-negative numbers u = I + f (f the fraction) with lo < / <= u < / <= hi, as
+ * alternatives appended to b. lo.v >= 0 when lo.has. */
+static void nonneg_numbers(struct rxg_buf *b, bool *first, struct rxg_bound lo, struct rxg_bound hi)
+{
+    if (hi.has && (hi.v < 0 || (hi.v == 0 && hi.excl))) return;
+    int64_t a = lo.has ? (lo.excl ? lo.v + 1 : lo.v) : 0;   /* I from here: any fraction */
+    int64_t z = hi.has ? hi.v - 1 : RXG_MAX_INT;             /* I up to here: any fraction */
+    num_piece(b, first, a, z, FRAC_ANY);
+    if (lo.has && lo.excl && (!hi.has || lo.v <= hi.v - 1)) /* u = lo + a non-zero fraction */
+        num_piece(b, first, lo.v, lo.v, FRAC_NONZERO);
+    if (hi.has && !hi.excl && hi.v >= a && hi.v >= 0) /* u = hi exactly */
+        num_piece(b, first, hi.v, hi.v, FRAC_ZERO);
+}
+
+void rxg_number_range(struct rxg_buf *b, struct rxg_bound lo, struct rxg_bound hi)
+{
+    bool first = true;
+    rxg_puts(b, "( ");
+    /* v >= 0: lower bounds below zero say nothing */
+    struct rxg_bound plo = lo;
+    if (plo.has && plo.v < 0) plo.has = false;
+    nonneg_numbers(b, &first, plo, hi);
+    /* v < 0, written "-" u with u = -v > 0: v >= lo is u <= -lo, v <= hi is u >= -hi */
+    if (!lo.has || lo.v < 0) {
+        struct rxg_bound ulo = {true, true, 0}, uhi = {lo.has, lo.excl, lo.has ? -lo.v : 0};
+        if (hi.has && hi.v < 0) ulo = (struct rxg_bound){true, hi.excl, -hi.v};
+        struct rxg_buf neg = {0};
+        bool nfirst = true;
+        nonneg_numbers(&neg, &nfirst, ulo, uhi);
+        if (!nfirst) {
+            rxg_printf(b, "%s\"-\" ( %s )", first ? "" : " | ", neg.p);
+            first = false;
+        }
+        if (neg.oom) b->oom = true;
+        free(neg.p);
+    }
+    rxg_puts(b, first ? "nothing )" : " )");
+}
+
 /* ---- any string but some ---- */
 
 /* The keys in [from, to) (sorted, sharing their first depth bytes) as the item "content that

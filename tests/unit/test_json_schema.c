@@ -77,7 +77,7 @@ static void test_refusals(void)
         {"{\"type\":\"string\",\"minLength\":2,\"pattern\":\"a\"}", "\"pattern\" together with minLength", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"object\",\"patternProperties\":{}}", "keyword \"patternProperties\" is not supported", ATTND_ERR_UNSUPPORTED},
         {"{\"allOf\":[{}]}", "keyword \"allOf\"", ATTND_ERR_UNSUPPORTED},
-        {"{\"type\":\"number\",\"minimum\":1}", "\"minimum\" on a number", ATTND_ERR_UNSUPPORTED},
+        {"{\"type\":\"number\",\"minimum\":1.5}", "\"minimum\": 1.5 on a number", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"format\":\"email\"}", "\"format\": \"email\" is not supported", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "escape \\1", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "(?...)", ATTND_ERR_UNSUPPORTED},
@@ -143,8 +143,48 @@ static void test_caps(void)
     free(s);
 }
 
+/* Number bounds against arithmetic: every bound pair in -3..3 (absent, inclusive, exclusive)
+ * and numbers -12.5 .. 12.5 in several spellings; "-0" spellings are never generated. */
+static void test_number_bounds(void)
+{
+    static const char *fracs[] = {"", ".0", ".5", ".000", ".001", ".999"};
+    int bad = 0, cases = 0;
+    for (int lk = 0; lk < 3; lk++)
+        for (int hk = 0; hk < 3; hk++)
+            for (int lo = -3; lo <= 3; lo++)
+                for (int hi = -3; hi <= 3; hi++) {
+                    if ((lk == 0 && lo != 0) || (hk == 0 && hi != 0) || (lk == 0 && hk == 0)) continue;
+                    char schema[256], err[256];
+                    int n = snprintf(schema, sizeof schema, "{\"type\":\"number\"");
+                    if (lk) n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"%s\":%d", lk == 1 ? "minimum" : "exclusiveMinimum", lo);
+                    if (hk) n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"%s\":%d", hk == 1 ? "maximum" : "exclusiveMaximum", hi);
+                    snprintf(schema + n, sizeof schema - (size_t)n, "}");
+                    struct gram *g = NULL;
+                    if (jsg_compile(schema, strlen(schema), &g, err, sizeof err) != ATTND_OK) {
+                        /* only an empty range may be refused (as admitting no value) */
+                        T_CHECK(strstr(err, "no JSON value"), "%s: %s", schema, err);
+                        continue;
+                    }
+                    for (int ip = 0; ip <= 12; ip++)
+                        for (size_t f = 0; f < 6; f++)
+                            for (int neg = 0; neg < 2; neg++) {
+                                char text[32];
+                                snprintf(text, sizeof text, "%s%d%s", neg ? "-" : "", ip, fracs[f]);
+                                double v = strtod(text, NULL);
+                                bool want = (!lk || (lk == 1 ? v >= lo : v > lo)) && (!hk || (hk == 1 ? v <= hi : v < hi));
+                                if (v == 0 && neg) want = false;
+                                cases++;
+                                if ((accepts(g, text) == 1) != want && bad++ < 10)
+                                    fprintf(stderr, "%s: '%s' accepted=%d want=%d\n", schema, text, !want, want);
+                            }
+                    gram_destroy(g);
+                }
+    T_CHECK(bad == 0, "number bounds: %d of %d cases wrong", bad, cases);
+}
+
 int main(void)
 {
+    test_number_bounds();
     test_accepts();
     test_refusals();
     test_caps();
