@@ -82,7 +82,8 @@ attnd_status chat_tmpl_get(const struct gguf *g, const char *file, int family, b
  * bos / eos: the texts given to the template as bos_token / eos_token (NULL: not defined).
  * Returns ATTND_OK and fills *out (free with chat_prompt_free), or ATTND_ERR_INVALID (not an
  * array, a message without a string role, or the template refused: err holds raise_exception's
- * message or the template's error), ATTND_ERR_RANGE (a render cap) or ATTND_ERR_NOMEM, with
+ * message or the template's error), ATTND_ERR_RANGE (a render cap: 8 MiB of output, 256 MiB of
+ * scratch, 50M steps) or ATTND_ERR_NOMEM, with
  * *out zeroed. */
 attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
                          const char *bos, const char *eos, struct chat_prompt *out, char *err, size_t errlen);

@@ -389,7 +389,9 @@ attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const
         return ATTND_ERR_NOMEM;
     }
     struct jinja_output o;
-    st = jinja_render(has_tools && t->tools ? t->tools : t->main, ctx, NULL, &o, NULL, err, errlen);
+    /* caps for long chats: a 128k-token context is ~0.5 MB of text, and templates copy it a few times */
+    struct jinja_opts opts = {.max_output = (size_t)8 << 20, .max_memory = (size_t)256 << 20, .max_steps = 50000000};
+    st = jinja_render(has_tools && t->tools ? t->tools : t->main, ctx, &opts, &o, NULL, err, errlen);
     cJSON_Delete(ctx);
     if (st) return st;
     *out = (struct chat_prompt){o.text, o.len, o.data, o.n_data};

@@ -30,6 +30,8 @@
 #define DEF_MAX_DEPTH 64
 #define DEF_MAX_MEMORY ((size_t)64 << 20)
 #define MAX_RANGE 100000 /* jinja2's sandbox refuses larger ranges */
+#define MAX_RDEPTH 1500  /* nested evaluations (expressions inside statements inside macros): bounds the C stack */
+#define MAX_VDEPTH 1000  /* nesting of a value that is printed, compared or serialised */
 
 /* =============================================================================================
  * Arena
@@ -231,7 +233,9 @@ struct rs {
     struct arena a;
     struct sb *out; /* where statements write */
     uint64_t steps, max_steps;
-    int depth, max_depth;
+    int depth, max_depth; /* macro calls */
+    int rdepth;           /* nested ev / ex_list calls */
+    size_t byte_acc;      /* bytes touched not yet charged as a step (charge) */
     size_t max_output;
     const struct tm *now;
     attnd_status st;
@@ -271,6 +275,22 @@ static bool step(struct rs *R)
     return true;
 }
 
+/* One step (charge_step), or the cost of touching n bytes (charge: one step per 64 bytes). */
+static bool charge_step(struct rs *R) { return step(R); }
+
+static bool charge(struct rs *R, size_t n)
+{
+    if (R->st) return false;
+    R->byte_acc += n & 63;
+    R->steps += (n >> 6) + (R->byte_acc >> 6);
+    R->byte_acc &= 63;
+    if (R->steps > R->max_steps) {
+        fail(R, ATTND_ERR_RANGE, "the template ran more than %" PRIu64 " steps", R->max_steps);
+        return false;
+    }
+    return true;
+}
+
 struct sb {
     struct rs *R;
     char *p;
@@ -282,7 +302,7 @@ struct sb {
 static bool sb_grow(struct sb *b, size_t add)
 {
     struct rs *R = b->R;
-    if (R->st) return false;
+    if (!charge(R, add + 16)) return false; /* a call costs a quarter step, and 64 bytes one step */
     if (add > R->max_output || b->n + add > R->max_output) {
         fail(R, ATTND_ERR_RANGE, "the template's output is over %zu bytes", R->max_output);
         return false;
@@ -355,6 +375,7 @@ static void sb_free(struct sb *b)
 
 static val vstr_raw(struct rs *R, const char *p, size_t n, const struct jinja_span *sp, size_t nsp)
 {
+    if (!charge(R, n)) return UNDEF;
     char *q = ralloc(R, n + 1);
     struct jinja_span *s = nsp ? ralloc(R, nsp * sizeof *s) : NULL;
     if (!q || (nsp && !s)) return UNDEF;
@@ -1681,11 +1702,26 @@ static uint32_t u8_at(const char *s, size_t n, size_t i, size_t *len)
     return cp;
 }
 
+/* Code points in s[0..n) (valid UTF-8: the bytes that do not continue a character). */
 static size_t u8_count(const char *s, size_t n)
 {
-    size_t k = 0, l;
-    for (size_t i = 0; i < n; i += l, k++) u8_at(s, n, i, &l);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
     return k;
+}
+
+/* The first occurrence of nd[0..nn) (nn > 0) in h[0..hn), or NULL. (memchr + memcmp rather than
+ * memmem: its cost is what it reads up to the match, also under the sanitizers.) */
+static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn)
+{
+    const char *end = h + hn;
+    while (nn <= (size_t)(end - h)) {
+        const char *f = memchr(h, nd[0], (size_t)(end - h) - nn + 1);
+        if (!f) return NULL;
+        if (!memcmp(f, nd, nn)) return f;
+        h = f + 1;
+    }
+    return NULL;
 }
 
 /* Python's str.isspace() for one code point. */
@@ -1760,6 +1796,10 @@ static void put_val(struct sb *b, const val *v, bool repr)
 {
     char buf[64];
     if (b->R->st) return;
+    if ((v->t == V_LIST || v->t == V_DICT || v->t == V_NS) && b->R->rdepth + 1 > MAX_RDEPTH) {
+        fail(b->R, ATTND_ERR_RANGE, "a printed value nests deeper than %d", MAX_RDEPTH);
+        return;
+    }
     switch (v->t) {
     case V_UNDEF: break;
     case V_NONE: sb_puts(b, "None"); break;
@@ -1776,7 +1816,11 @@ static void put_val(struct sb *b, const val *v, bool repr)
         if (repr) repr_str(b, &v->u.s);
         else sb_jstr(b, &v->u.s);
         break;
-    case V_LIST: case V_DICT: case V_NS: put_seq(b, v); break;
+    case V_LIST: case V_DICT: case V_NS:
+        b->R->rdepth++;
+        put_seq(b, v);
+        b->R->rdepth--;
+        break;
     case V_MACRO: sb_puts(b, "<Macro>"); break;
     case V_LOOP: sb_puts(b, "<LoopContext>"); break;
     default: sb_puts(b, "<built-in function>"); break;
@@ -1876,7 +1920,7 @@ static void put_json(struct sb *b, const val *v, const struct jopt *o, int level
     struct rs *R = b->R;
     char buf[64];
     if (!step(R)) return;
-    if (level > 1000) {
+    if (level > MAX_VDEPTH) {
         fail(R, ATTND_ERR_RANGE, "tojson: the value nests too deep");
         return;
     }
@@ -1912,8 +1956,13 @@ static void put_json(struct sb *b, const val *v, const struct jopt *o, int level
     fail(R, ATTND_ERR_INVALID, "TypeError: Object of type %s is not JSON serializable", type_name(v));
 }
 
-static bool eq(const val *a, const val *b)
+static bool eq_d(struct rs *R, const val *a, const val *b, int depth);
+static bool eq(struct rs *R, const val *a, const val *b) { return eq_d(R, a, b, 0); }
+
+/* Python's ==; nesting deeper than 1000 compares unequal, and each element compared is a step. */
+static bool eq_d(struct rs *R, const val *a, const val *b, int depth)
 {
+    if (depth > MAX_VDEPTH || (R && !charge_step(R))) return false;
     if (is_num(a) && is_num(b)) {
         if (a->t == V_FLOAT || b->t == V_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -1925,15 +1974,15 @@ static bool eq(const val *a, const val *b)
     case V_LIST:
         if (a->tuple != b->tuple || a->u.l->n != b->u.l->n) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!eq(&a->u.l->v[i], &b->u.l->v[i])) return false;
+            if (!eq_d(R, &a->u.l->v[i], &b->u.l->v[i], depth + 1)) return false;
         return true;
     case V_DICT: {
         const struct jdict *x = a->u.d, *y = b->u.d;
         if (x->n != y->n) return false;
         for (size_t i = 0; i < x->n; i++) {
             size_t j = 0;
-            while (j < y->n && !eq(&x->k[i], &y->k[j])) j++;
-            if (j == y->n || !eq(&x->v[i], &y->v[j])) return false;
+            while (j < y->n && !eq_d(R, &x->k[i], &y->k[j], depth + 1)) j++;
+            if (j == y->n || !eq_d(R, &x->v[i], &y->v[j], depth + 1)) return false;
         }
         return true;
     }
@@ -1953,6 +2002,11 @@ static int cmp_bytes(const struct jstr *a, const struct jstr *b)
 /* Orders a, b as Python's < does; *ok false (and R failed) when they do not compare. */
 static int order(struct rs *R, const val *a, const val *b, const char *op)
 {
+    if (!step(R)) return 0;
+    if (R->rdepth > MAX_RDEPTH) {
+        fail(R, ATTND_ERR_RANGE, "compared values nest deeper than %d", MAX_RDEPTH);
+        return 0;
+    }
     if (is_num(a) && is_num(b)) {
         if (a->t == V_FLOAT || b->t == V_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -1965,8 +2019,11 @@ static int order(struct rs *R, const val *a, const val *b, const char *op)
     if (a->t == V_LIST && b->t == V_LIST) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (eq(&a->u.l->v[i], &b->u.l->v[i])) continue;
-            return order(R, &a->u.l->v[i], &b->u.l->v[i], op);
+            if (eq(R, &a->u.l->v[i], &b->u.l->v[i])) continue;
+            R->rdepth++;
+            int c = order(R, &a->u.l->v[i], &b->u.l->v[i], op);
+            R->rdepth--;
+            return c;
         }
         return a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n;
     }
@@ -2027,7 +2084,7 @@ struct lb {
 
 static void lb_push(struct lb *b, val v)
 {
-    if (b->R->st) return;
+    if (!step(b->R)) return;
     if (b->n == b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 8;
         val *t = realloc(b->v, nc * sizeof *t);
@@ -2073,10 +2130,10 @@ static val dict_new(struct rs *R, int type)
     return (val){.t = (uint8_t)type, .u.d = d};
 }
 
-static val *dict_get(const struct jdict *d, const val *k)
+static val *dict_get(struct rs *R, const struct jdict *d, const val *k)
 {
     for (size_t i = 0; i < d->n; i++)
-        if (eq(&d->k[i], k)) return &d->v[i];
+        if (eq(R, &d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
@@ -2089,7 +2146,7 @@ static val *dict_get_s(const struct jdict *d, const char *name, size_t n)
 
 static void dict_set(struct rs *R, struct jdict *d, val k, val v, bool check)
 {
-    val *old = check ? dict_get(d, &k) : NULL;
+    val *old = check ? dict_get(R, d, &k) : NULL;
     if (old) {
         *old = v;
         return;
@@ -2181,16 +2238,15 @@ static val get_attr(struct rs *R, const val *o, const char *name, size_t n)
 /* Code point index k of s (negative from the end) as a byte offset; false out of range. */
 static bool str_index(const struct jstr *s, int64_t k, size_t *off, size_t *len)
 {
-    size_t cnt = u8_count(s->p, s->n), l = 0;
+    size_t cnt = u8_count(s->p, s->n), i = 0;
     if (k < 0) k += (int64_t)cnt;
     if (k < 0 || (uint64_t)k >= cnt) return false;
-    size_t i = 0;
-    for (int64_t c = 0; c <= k; c++, i += l) {
-        u8_at(s->p, s->n, i, &l);
-        if (c == k) break;
-    }
+    for (int64_t c = -1; i < s->n; i++) /* the k-th byte that starts a character */
+        if (((unsigned char)s->p[i] & 0xC0) != 0x80 && ++c == k) break;
+    size_t e = i + 1;
+    while (e < s->n && ((unsigned char)s->p[e] & 0xC0) == 0x80) e++;
     *off = i;
-    *len = l;
+    *len = e - i;
     return true;
 }
 
@@ -2205,7 +2261,7 @@ static val get_item(struct rs *R, const val *o, const val *k)
         return UNDEF;
     }
     if (o->t == V_DICT || o->t == V_NS) {
-        val *v = dict_get(o->u.d, k);
+        val *v = dict_get(R, o->u.d, k);
         if (v) return *v;
     } else if ((o->t == V_LIST || o->t == V_STR) && (k->t == V_INT || k->t == V_BOOL)) {
         int64_t i = num_i(k);
@@ -2214,6 +2270,7 @@ static val get_item(struct rs *R, const val *o, const val *k)
             if (i >= 0 && (uint64_t)i < o->u.l->n) return o->u.l->v[i];
         } else {
             size_t off, len;
+            if (!charge(R, o->u.s.n)) return UNDEF;
             if (str_index(&o->u.s, i, &off, &len)) return str_sub(R, &o->u.s, off, len);
         }
         return undef_hint(R, "%s has no element %" PRId64, obj_repr(o), i);
@@ -2268,6 +2325,7 @@ static val concat2(struct rs *R, const struct jstr *a, const struct jstr *b)
         return UNDEF;
     }
     size_t n = a->n + b->n, ns = a->nsp + b->nsp;
+    if (!charge(R, n)) return UNDEF;
     char *p = ralloc(R, n + 1);
     struct jinja_span *sp = ns ? ralloc(R, ns * sizeof *sp) : NULL;
     if (!p || (ns && !sp)) return UNDEF;
@@ -2292,10 +2350,21 @@ static val repeat(struct rs *R, const val *s, int64_t times)
         fail(R, ATTND_ERR_RANGE, "a repeated value is over %zu bytes", R->max_output);
         return UNDEF;
     }
-    if (s->t == V_STR) {
-        struct sb b = {.R = R};
-        for (int64_t i = 0; i < times && !R->st; i++) sb_jstr(&b, &s->u.s);
-        return sb_val(&b);
+    if (s->t == V_STR) { /* one allocation; the result is data if any of s is */
+        size_t n = s->u.s.n * (size_t)times;
+        char *p = charge(R, n) ? ralloc(R, n + 1) : NULL;
+        if (!p) return UNDEF;
+        for (int64_t i = 0; i < times; i++) memcpy(p + (size_t)i * s->u.s.n, s->u.s.p, s->u.s.n);
+        p[n] = 0;
+        val r = vlit(p, n);
+        if (s->u.s.nsp && n) {
+            struct jinja_span *sp = ralloc(R, sizeof *sp);
+            if (!sp) return UNDEF;
+            *sp = (struct jinja_span){0, n};
+            r.u.s.sp = sp;
+            r.u.s.nsp = 1;
+        }
+        return r;
     }
     struct lb b = {.R = R};
     for (int64_t i = 0; i < times && step(R); i++)
@@ -2402,14 +2471,14 @@ static bool contains(struct rs *R, const val *needle, const val *hay)
             fail(R, ATTND_ERR_INVALID, "TypeError: 'in <string>' requires string as left operand, not %s", type_name(needle));
             return false;
         }
-        return !needle->u.s.n || memmem(hay->u.s.p, hay->u.s.n, needle->u.s.p, needle->u.s.n);
+        return charge(R, hay->u.s.n) && (!needle->u.s.n || find_bytes(hay->u.s.p, hay->u.s.n, needle->u.s.p, needle->u.s.n));
     }
     if (hay->t == V_LIST) {
         for (size_t i = 0; i < hay->u.l->n; i++)
-            if (eq(needle, &hay->u.l->v[i])) return true;
+            if (eq(R, needle, &hay->u.l->v[i])) return true;
         return false;
     }
-    if (hay->t == V_DICT || hay->t == V_NS) return dict_get(hay->u.d, needle) != NULL;
+    if (hay->t == V_DICT || hay->t == V_NS) return dict_get(R, hay->u.d, needle) != NULL;
     if (hay->t == V_UNDEF) return false;
     fail(R, ATTND_ERR_INVALID, "TypeError: argument of type '%s' is not iterable", type_name(hay));
     return false;
@@ -2418,8 +2487,8 @@ static bool contains(struct rs *R, const val *needle, const val *hay)
 static bool compare(struct rs *R, int op, const val *a, const val *b)
 {
     static const char *const sym[] = {"==", "!=", "<", "<=", ">", ">="};
-    if (op == C_EQ) return eq(a, b);
-    if (op == C_NE) return !eq(a, b);
+    if (op == C_EQ) return eq(R, a, b);
+    if (op == C_NE) return !eq(R, a, b);
     if (a->t == V_UNDEF || b->t == V_UNDEF) {
         undef_fail(R, a->t == V_UNDEF ? a : b);
         return false;
@@ -2547,6 +2616,7 @@ static val s_strip(struct rs *R, const val *s, const val *chars, int mode)
 
 static val s_split(struct rs *R, const val *s, const val *sep, const val *maxv)
 {
+    if (!charge(R, s->u.s.n)) return UNDEF;
     int64_t max = maxv && maxv->t == V_INT ? maxv->u.i : -1;
     struct lb b = {.R = R};
     const char *p = s->u.s.p;
@@ -2573,7 +2643,7 @@ static val s_split(struct rs *R, const val *s, const val *sep, const val *maxv)
         return UNDEF;
     }
     for (;;) {
-        const char *f = max >= 0 && (int64_t)b.n >= max ? NULL : memmem(p + i, n - i, sep->u.s.p, sep->u.s.n);
+        const char *f = max >= 0 && (int64_t)b.n >= max ? NULL : find_bytes(p + i, n - i, sep->u.s.p, sep->u.s.n);
         if (!f || R->st) break;
         lb_push(&b, str_sub(R, &s->u.s, i, (size_t)(f - p) - i));
         i = (size_t)(f - p) + sep->u.s.n;
@@ -2664,7 +2734,7 @@ static val s_replace(struct rs *R, const val *s, const val *old, const val *nw, 
         return sb_val(&b);
     }
     while (!R->st && (count < 0 || done < count)) {
-        const char *f = memmem(p + i, n - i, old->u.s.p, m);
+        const char *f = find_bytes(p + i, n - i, old->u.s.p, m);
         if (!f) break;
         sb_putd(&b, p + i, (size_t)(f - p) - i, data);
         sb_putd(&b, nw->u.s.p, nw->u.s.n, data);
@@ -2738,7 +2808,7 @@ static val str_method(struct rs *R, const val *s, const char *name, size_t n, co
     if (IS("capitalize")) return s_case(R, s, 'c');
     if (IS("join")) return a0 ? s_join(R, s, a0, NULL, false) : UNDEF;
     if (IS("find") || IS("rfind") || IS("count") || IS("index")) {
-        if (!a0 || !need_str(R, a0, "must be str")) return UNDEF;
+        if (!a0 || !need_str(R, a0, "must be str") || !charge(R, s->u.s.n * (a0->u.s.n > 16 ? 16 : a0->u.s.n + 1))) return UNDEF;
         const char *p = s->u.s.p, *f = NULL;
         size_t m = a0->u.s.n, cnt = 0, last = SIZE_MAX;
         for (size_t i = 0; i + m <= s->u.s.n;) {
@@ -2780,7 +2850,7 @@ static val dict_method(struct rs *R, const val *d, const char *name, size_t n, c
 #define IS(x) (n == sizeof x - 1 && !memcmp(name, x, n))
     if (IS("get")) {
         const val *k = argp(a, na, 0, NULL), *def = argp(a, na, 1, NULL);
-        val *v = k ? dict_get(d->u.d, k) : NULL;
+        val *v = k ? dict_get(R, d->u.d, k) : NULL;
         return v ? *v : def ? *def : NONE;
     }
     if (IS("items") || IS("keys") || IS("values")) {
@@ -2879,7 +2949,7 @@ static val f_length(struct rs *R, const val *in)
 {
     switch (in->t) {
     case V_UNDEF: return vint(0);
-    case V_STR: return vint((int64_t)u8_count(in->u.s.p, in->u.s.n));
+    case V_STR: return charge(R, in->u.s.n) ? vint((int64_t)u8_count(in->u.s.p, in->u.s.n)) : UNDEF;
     case V_LIST:
         if (in->tuple == 2) break;
         return vint((int64_t)in->u.l->n);
@@ -2989,7 +3059,11 @@ static val f_sort(struct rs *R, const val *in, const struct av *a, int na, bool 
     for (size_t i = 0; i < n && step(R); i++) {
         val key = attr ? get_path(R, &items.u.l->v[i], attr) : items.u.l->v[i];
         bool dup = false;
-        for (size_t j = 0; uniq && j < m && !dup; j++) dup = sort_cmp(R, &k[j], &key, cs) == 0 && eq(&k[j], &k[j]);
+        val ukey = uniq && !cs && key.t == V_STR ? s_case(R, &key, 'l') : key;
+        for (size_t j = 0; uniq && j < m && !dup && !R->st; j++) {
+            val uk = !cs && k[j].t == V_STR ? s_case(R, &k[j], 'l') : k[j];
+            dup = eq(R, &uk, &ukey);
+        }
         if (dup) continue;
         v[m] = items.u.l->v[i];
         k[m++] = key;
@@ -3207,7 +3281,7 @@ static bool apply_test(struct rs *R, const char *name, size_t n, const val *in, 
     if (IS("lower") || IS("upper")) {
         if (t != V_STR) return false;
         val c = s_case(R, in, IS("lower") ? 'l' : 'u');
-        return eq(&c, in);
+        return eq(R, &c, in);
     }
     if (IS("odd") || IS("even") || IS("divisibleby")) {
         if (!is_num(in) || in->t == V_FLOAT) return false;
@@ -3217,9 +3291,9 @@ static bool apply_test(struct rs *R, const char *name, size_t n, const val *in, 
         return IS("odd") ? r != 0 : r == 0;
     }
     if (!x) return fail(R, ATTND_ERR_INVALID, "TypeError: test '%.*s' needs an argument", (int)n, name), false;
-    if (IS("equalto") || IS("eq") || IS("==")) return eq(in, x);
-    if (IS("ne") || IS("!=")) return !eq(in, x);
-    if (IS("sameas")) return in->t == x->t && (t == V_NONE || t == V_UNDEF || (t == V_BOOL && in->u.b == x->u.b) || eq(in, x));
+    if (IS("equalto") || IS("eq") || IS("==")) return eq(R, in, x);
+    if (IS("ne") || IS("!=")) return !eq(R, in, x);
+    if (IS("sameas")) return in->t == x->t && (t == V_NONE || t == V_UNDEF || (t == V_BOOL && in->u.b == x->u.b) || eq(R, in, x));
     if (IS("in")) return contains(R, in, x);
     if (IS("lt") || IS("lessthan") || IS("<")) return compare(R, C_LT, in, x);
     if (IS("le") || IS("<=")) return compare(R, C_LE, in, x);
@@ -3446,9 +3520,23 @@ static val ev_unary(struct rs *R, struct frame *F, const struct expr *e)
     return vint(-num_i(&a));
 }
 
+static val ev_node(struct rs *R, struct frame *F, const struct expr *e);
+
 static val ev(struct rs *R, struct frame *F, const struct expr *e)
 {
     if (!step(R)) return UNDEF;
+    if (++R->rdepth > MAX_RDEPTH) {
+        fail(R, ATTND_ERR_RANGE, "the template nests evaluations deeper than %d", MAX_RDEPTH);
+        R->rdepth--;
+        return UNDEF;
+    }
+    val v = ev_node(R, F, e);
+    R->rdepth--;
+    return R->st ? UNDEF : v;
+}
+
+static val ev_node(struct rs *R, struct frame *F, const struct expr *e)
+{
     switch (e->k) {
     case E_CONST: return e->cst;
     case E_NAME: return ev_name(R, F, e);
@@ -3617,14 +3705,14 @@ static int ex_node(struct rs *R, struct frame *F, const struct node *n)
 
 static int ex_list(struct rs *R, struct frame *F, const struct node *n)
 {
-    if (++R->depth > R->max_depth + PARSE_MAX_DEPTH) {
-        fail(R, ATTND_ERR_RANGE, "the template nests deeper than %d", R->max_depth);
-        R->depth--;
+    if (++R->rdepth > MAX_RDEPTH) {
+        fail(R, ATTND_ERR_RANGE, "the template nests evaluations deeper than %d", MAX_RDEPTH);
+        R->rdepth--;
         return X_OK;
     }
     int r = X_OK;
     for (; n && r == X_OK && step(R); n = n->next) r = ex_node(R, F, n);
-    R->depth--;
+    R->rdepth--;
     return r;
 }
 

@@ -61,7 +61,10 @@ def gguf_templates(path):
 
 
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8")
+    except OSError as e:
+        raise RuntimeError(f"{cmd[0]}: {e}") from e
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr[-800:]}")
     return json.loads(r.stdout)
@@ -107,6 +110,9 @@ def main():
         total += n
         failures += bad
         refusals += sum(1 for c in run(["/usr/bin/python3", render_chat, t, cases]) if "error" in c) if n else 0
+    if not total:
+        print(f"FAIL: nothing compared (is {attnd} built?)")
+        return 1
     ggufs = sorted(glob.glob(os.path.join(shared, "vocab", "*.gguf")) +
                    glob.glob(os.path.join(shared, "models", "**", "*.gguf"), recursive=True))
     n_gguf = 0
