@@ -1,9 +1,12 @@
-/* cpu_kernels.c - CPU kernels: run-time ISA dispatch, f16/bf16 conversions, and the scalar
- * reference kernels (which are also the kernels of the "scalar" ISA). The SIMD versions live
- * in kernels_avx2.c and kernels_avx512.c; this file is built for baseline x86-64 and never
+/* cpu_kernels.c - CPU kernels: run-time ISA dispatch, the kernels part of the tensor type table
+ * (one row per weight type: dequantize, dot, row GEMM and matrix-vector product per ISA level, the
+ * wide GEMMs it allows), and the scalar reference kernels of F32/F16/BF16/Q8_0/Q4_0 (which are
+ * also the kernels of the "scalar" ISA). The SIMD versions live in kernels_avx2.c,
+ * kernels_avx512.c, kernels_amx.c and quants*.c; this file is built for baseline x86-64 and never
  * uses their instructions itself. */
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/quants.h"
 
 #include "attnd/check.h"
 #include "attnd/log.h"
@@ -22,73 +25,14 @@
 
 /* ================================================================ conversions */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+/* The scalar conversions are core's (attnd/tensor.h), exported here under the kernels' names. */
+float cpu_f16_to_f32(uint16_t h) { return tensor_f16_to_f32(h); }
 
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+uint16_t cpu_f32_to_f16(float f) { return tensor_f32_to_f16(f); }
 
-/* Exact: every f16 is representable as f32. NaN payloads are kept and the quiet bit set, as the
- * F16C instruction does. */
-float cpu_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0) {
-        /* zero or subnormal: mant * 2^-24, exact in f32 */
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant ? 0x400000u : 0u) | (mant << 13));
-    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
+float cpu_bf16_to_f32(uint16_t h) { return tensor_bf16_to_f32(h); }
 
-/* IEEE round-to-nearest-even; overflow gives inf; NaN stays (quiet) NaN keeping the top payload
- * bits, which is also what the F16C instruction does. */
-uint16_t cpu_f32_to_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    u &= 0x7fffffffu;
-    if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
-    if (u >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (u < 0x38800000u) {
-        /* result is subnormal (or zero): q = round(|f| / 2^-24) */
-        if (u <= 0x33000000u) return sign; /* <= 2^-25: ties to even give 0 */
-        uint32_t e = u >> 23;              /* 102..112 */
-        uint32_t m = (u & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e; /* 14..24 */
-        uint32_t q = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (q & 1u))) q++; /* q may reach 0x400: min normal */
-        return (uint16_t)(sign | q);
-    }
-    uint32_t h = (u >> 13) - (112u << 10); /* rebias exponent 127 -> 15 */
-    uint32_t rem = u & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
-    return (uint16_t)(sign | h);
-}
-
-/* Exact. */
-float cpu_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-/* Round to nearest even; NaN stays NaN (quiet bit set so it cannot become inf). */
-uint16_t cpu_f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+uint16_t cpu_f32_to_bf16(float f) { return tensor_f32_to_bf16(f); }
 
 static void ref_f16_to_f32_row(const uint16_t *src, float *dst, size_t n)
 {
@@ -261,14 +205,52 @@ static void ref_quantize_q8_0(const float *x, void *dst, size_t n)
     }
 }
 
-/* ================================================================ dispatch */
+/* Dequantization of the types this file has references for (t is the row's own type). */
+static void dequant_f32(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    memmove(dst, src, n * sizeof(float));
+}
 
-enum { SLOT_F32, SLOT_F16, SLOT_BF16, SLOT_Q8_0, SLOT_Q4_0, N_SLOTS };
+static void dequant_f16(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    const unsigned char *p = src;
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(ld_u16(p + 2 * i));
+}
 
+static void dequant_bf16(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    const unsigned char *p = src;
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(ld_u16(p + 2 * i));
+}
+
+static void dequant_q8_0(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    const unsigned char *p = src;
+    for (size_t b = 0; b < n / QK8_0; b++, p += CPU_Q8_0_BYTES) {
+        float d = cpu_f16_to_f32(ld_u16(p));
+        const int8_t *q = (const int8_t *)(p + 2);
+        for (int k = 0; k < QK8_0; k++) dst[b * QK8_0 + k] = d * (float)q[k];
+    }
+}
+
+static void dequant_q4_0(enum tensor_type t, const void *src, float *dst, size_t n)
+{
+    const unsigned char *p = src;
+    for (size_t b = 0; b < n / QK4_0; b++, p += CPU_Q4_0_BYTES) {
+        float d = cpu_f16_to_f32(ld_u16(p));
+        for (int k = 0; k < QK4_0 / 2; k++) {
+            dst[b * QK4_0 + k] = d * (float)((p[2 + k] & 0x0f) - 8);
+            dst[b * QK4_0 + k + QK4_0 / 2] = d * (float)((p[2 + k] >> 4) - 8);
+        }
+    }
+}
+
+/* ================================================================ the per-ISA row kernels */
+
+/* What every weight type shares at an ISA: conversions, activation quantizers, float-row scans. */
 struct kernel_set {
-    cpu_vec_dot_fn dot[N_SLOTS];
-    cpu_gemm_fn gemm[N_SLOTS];
     void (*quantize_q8_0)(const float *x, void *dst, size_t n);
+    void (*quantize_q8_k)(const float *x, void *dst, size_t n);
     void (*h2f)(const uint16_t *src, float *dst, size_t n);
     void (*f2h)(const float *src, uint16_t *dst, size_t n);
     size_t (*argmax)(const float *x, size_t n);
@@ -279,39 +261,15 @@ struct kernel_set {
 };
 
 static const struct kernel_set g_sets[3] = { /* by ISA; CPU_ISA_AMX runs the AVX-512 set */
-    [CPU_ISA_SCALAR] = {{ref_dot_f32, ref_dot_f16, ref_dot_bf16, ref_dot_q8_0, ref_dot_q4_0},
-                        {ref_gemm_f32, ref_gemm_f16, ref_gemm_bf16, ref_gemm_q8_0, ref_gemm_q4_0},
-                        ref_quantize_q8_0,
-                        ref_f16_to_f32_row,
-                        ref_f32_to_f16_row,
-                        ref_argmax,
-                        ref_find_nonfinite,
-                        ref_swiglu_row,
-                        ref_rmsnorm_row,
-                        ref_add_row},
-    [CPU_ISA_AVX2] = {{cpu_avx2_vec_dot_f32, cpu_avx2_vec_dot_f16, cpu_avx2_vec_dot_bf16, cpu_avx2_vec_dot_q8_0,
-                       cpu_avx2_vec_dot_q4_0},
-                      {cpu_avx2_gemm_f32, cpu_avx2_gemm_f16, cpu_avx2_gemm_bf16, cpu_avx2_gemm_q8_0,
-                       cpu_avx2_gemm_q4_0},
-                      cpu_avx2_quantize_row_q8_0,
-                      cpu_avx2_f16_to_f32_row,
-                      cpu_avx2_f32_to_f16_row,
-                      cpu_avx2_argmax,
-                      cpu_avx2_find_nonfinite,
-                      cpu_avx2_swiglu_row,
-                      cpu_avx2_rmsnorm_row,
-                      cpu_avx2_add_row},
-    [CPU_ISA_AVX512] = {{cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_bf16,
-                         cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q4_0},
-                        {cpu_avx512_gemm_f32, cpu_avx512_gemm_f16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_q8_0,
-                         cpu_avx512_gemm_q4_0},
-                        cpu_avx512_quantize_row_q8_0,
-                        cpu_avx512_f16_to_f32_row,
-                        cpu_avx512_f32_to_f16_row,
+    [CPU_ISA_SCALAR] = {ref_quantize_q8_0, quants_quantize_row_q8_k, ref_f16_to_f32_row, ref_f32_to_f16_row,
+                        ref_argmax, ref_find_nonfinite, ref_swiglu_row, ref_rmsnorm_row, ref_add_row},
+    [CPU_ISA_AVX2] = {cpu_avx2_quantize_row_q8_0, quants_avx2_quantize_row_q8_k, cpu_avx2_f16_to_f32_row,
+                      cpu_avx2_f32_to_f16_row, cpu_avx2_argmax, cpu_avx2_find_nonfinite, cpu_avx2_swiglu_row,
+                      cpu_avx2_rmsnorm_row, cpu_avx2_add_row},
+    [CPU_ISA_AVX512] = {cpu_avx512_quantize_row_q8_0, quants_avx2_quantize_row_q8_k, /* one Q8_K quantizer */
+                        cpu_avx512_f16_to_f32_row, cpu_avx512_f32_to_f16_row,
                         cpu_avx2_argmax, /* memory-bound: the AVX2 scan keeps up */
-                        cpu_avx2_find_nonfinite,
-                        cpu_avx512_swiglu_row,
-                        cpu_avx2_rmsnorm_row,
+                        cpu_avx2_find_nonfinite, cpu_avx512_swiglu_row, cpu_avx2_rmsnorm_row,
                         cpu_avx2_add_row}, /* memory-bound */
 };
 
@@ -440,49 +398,131 @@ static inline const struct kernel_set *active(void)
     return &g_sets[i > CPU_ISA_AVX512 ? CPU_ISA_AVX512 : i];
 }
 
-static int type_slot(enum tensor_type t)
+/* ================================================================ the type table (kernels part)
+ *
+ * One row per weight type, keyed by enum tensor_type (the description part, name, block size and
+ * bytes and the activation type, is core's: attnd/tensor.h). A type is supported when its row has
+ * a scalar dot. Per ISA level it names the dot, the row GEMM (NULL: quants_gemm, one weight row at
+ * a time through the dot) and the one-token matrix-vector product tried first (NULL, or 0 returned:
+ * the row GEMM); then the wide GEMMs for 2+ tokens it allows (NULL: not allowed). A level or wide
+ * slot left NULL is a variant the type does not have (cpu_variant_available). */
+
+/* Levels: the scalar reference, AVX2+FMA+F16C, AVX-512 F/BW/VL/DQ, and AVX-512 with VNNI (what an
+ * AVX-512 ISA runs where the CPU has VNNI). The quants.c types have no AVX-512 level without VNNI:
+ * AVX-512 machines without it run their AVX2 kernels. */
+enum level { LV_REF, LV_AVX2, LV_AVX512, LV_VNNI, N_LEVELS };
+/* The wide GEMMs, in the order of their variants: CPU_VAR_PANEL, CPU_VAR_VNNI_PANEL, CPU_VAR_AMX. */
+enum wide { W_PANEL, W_VNNI_PANEL, W_AMX, N_WIDE };
+_Static_assert(CPU_VAR_VNNI_PANEL == CPU_VAR_PANEL + W_VNNI_PANEL && CPU_VAR_AMX == CPU_VAR_PANEL + W_AMX &&
+                   CPU_N_VARIANTS == CPU_VAR_PANEL + N_WIDE,
+               "the wide variants are the last three, in enum wide's order");
+
+/* A GEMM that takes its type and may decline (returns 0: nothing written). */
+typedef int (*wide_fn)(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                       const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* One token: y[r] for r in [r0, r1); returns 0, writing nothing, when it declines. */
+typedef int (*matvec_fn)(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                         const void *a, float *y);
+
+struct type_kernels {
+    void (*dequant)(enum tensor_type t, const void *src, float *dst, size_t n);
+    cpu_vec_dot_fn dot[N_LEVELS];
+    cpu_gemm_fn gemm[N_LEVELS];
+    matvec_fn matvec[N_LEVELS];
+    wide_fn wide[N_WIDE];
+};
+
+/* The float panel GEMMs (AVX2) in the wide shape: they take every n_tok and never decline. */
+#define FLOAT_PANEL(T)                                                                                        \
+    static int panel_##T(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1, \
+                         const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)            \
+    {                                                                                                         \
+        cpu_avx2_gemm_panel_##T(n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);               \
+        return 1;                                                                                             \
+    }
+FLOAT_PANEL(f32)
+FLOAT_PANEL(f16)
+FLOAT_PANEL(bf16)
+#undef FLOAT_PANEL
+
+/* The AVX2 Q8_0/Q4_0 matrix-vector product runs on AVX-512 machines without VNNI too. */
+#define MV_Q8 {NULL, quants_avx2_matvec_q, quants_avx2_matvec_q, quants_avx512_matvec_q}
+#define MV_K {NULL, quants_avx2_matvec_q, NULL, quants_avx512_matvec_q}
+/* A quants.c type: its dots per level (no AVX-512 level without VNNI), rows through quants_gemm. */
+#define QUANTS_DOTS(T) {quants_ref_dot_##T, quants_avx2_dot_##T, NULL, quants_avx512_dot_##T}
+#define INT8_WIDE {quants_avx2_gemm, quants_avx512_gemm, cpu_amx_gemm}
+#define INT8_PANELS {quants_avx2_gemm, quants_avx512_gemm, NULL} /* no AMX: scales per 16 weights */
+
+static const struct type_kernels g_kernels[TENSOR_TYPE_MAX] = {
+    [TENSOR_F32] = {dequant_f32,
+                    {ref_dot_f32, cpu_avx2_vec_dot_f32, cpu_avx512_vec_dot_f32, cpu_avx512_vec_dot_f32},
+                    {ref_gemm_f32, cpu_avx2_gemm_f32, cpu_avx512_gemm_f32, cpu_avx512_gemm_f32},
+                    {NULL},
+                    {panel_f32, NULL, NULL}},
+    [TENSOR_F16] = {dequant_f16,
+                    {ref_dot_f16, cpu_avx2_vec_dot_f16, cpu_avx512_vec_dot_f16, cpu_avx512_vec_dot_f16},
+                    {ref_gemm_f16, cpu_avx2_gemm_f16, cpu_avx512_gemm_f16, cpu_avx512_gemm_f16},
+                    {NULL},
+                    {panel_f16, NULL, cpu_amx_gemm}},
+    [TENSOR_BF16] = {dequant_bf16,
+                     {ref_dot_bf16, cpu_avx2_vec_dot_bf16, cpu_avx512_vec_dot_bf16, cpu_avx512_vec_dot_bf16},
+                     {ref_gemm_bf16, cpu_avx2_gemm_bf16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_bf16},
+                     {NULL},
+                     {panel_bf16, NULL, cpu_amx_gemm}},
+    /* no AVX2 panel: its sign trick cannot negate a Q8_0 weight of -128 */
+    [TENSOR_Q8_0] = {dequant_q8_0,
+                     {ref_dot_q8_0, cpu_avx2_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0},
+                     {ref_gemm_q8_0, cpu_avx2_gemm_q8_0, cpu_avx512_gemm_q8_0, cpu_avx512_gemm_q8_0},
+                     MV_Q8,
+                     {NULL, quants_avx512_gemm, cpu_amx_gemm}},
+    [TENSOR_Q4_0] = {dequant_q4_0,
+                     {ref_dot_q4_0, cpu_avx2_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0},
+                     {ref_gemm_q4_0, cpu_avx2_gemm_q4_0, cpu_avx512_gemm_q4_0, cpu_avx512_gemm_q4_0},
+                     MV_Q8,
+                     INT8_WIDE},
+    [TENSOR_Q4_1] = {quants_dequant_row, QUANTS_DOTS(q4_1), {NULL}, {NULL}, INT8_WIDE},
+    [TENSOR_Q5_0] = {quants_dequant_row, QUANTS_DOTS(q5_0), {NULL}, {NULL, NULL, NULL, quants_avx512_matvec_q},
+                     INT8_WIDE},
+    [TENSOR_Q5_1] = {quants_dequant_row, QUANTS_DOTS(q5_1), {NULL}, {NULL}, INT8_WIDE},
+    [TENSOR_IQ4_NL] = {quants_dequant_row, QUANTS_DOTS(iq4_nl), {NULL}, {NULL}, INT8_WIDE},
+    /* no wide GEMM: its mins are per 16 weights */
+    [TENSOR_Q2_K] = {quants_dequant_row, QUANTS_DOTS(q2_k), {NULL}, {NULL}, {NULL}},
+    [TENSOR_Q3_K] = {quants_dequant_row, QUANTS_DOTS(q3_k), {NULL}, {NULL}, INT8_PANELS},
+    [TENSOR_Q4_K] = {quants_dequant_row, QUANTS_DOTS(q4_k), {NULL}, MV_K, INT8_WIDE},
+    [TENSOR_Q5_K] = {quants_dequant_row, QUANTS_DOTS(q5_k), {NULL}, MV_K, INT8_WIDE},
+    [TENSOR_Q6_K] = {quants_dequant_row, QUANTS_DOTS(q6_k), {NULL}, MV_K, INT8_PANELS},
+    [TENSOR_IQ4_XS] = {quants_dequant_row, QUANTS_DOTS(iq4_xs), {NULL}, {NULL}, INT8_WIDE},
+};
+#undef MV_Q8
+#undef MV_K
+#undef QUANTS_DOTS
+#undef INT8_WIDE
+#undef INT8_PANELS
+
+/* The row of a supported type whose n fits its block size; anything else is a caller bug. */
+static const struct type_kernels *checked_row(enum tensor_type t, size_t n)
 {
-    switch (t) {
-    case TENSOR_F32: return SLOT_F32;
-    case TENSOR_F16: return SLOT_F16;
-    case TENSOR_BF16: return SLOT_BF16;
-    case TENSOR_Q8_0: return SLOT_Q8_0;
-    case TENSOR_Q4_0: return SLOT_Q4_0;
-    default: return -1;
+    ATTND_CHECK(cpu_type_supported(t));
+    ATTND_CHECK(n % tensor_block_elems(t) == 0);
+    return &g_kernels[t];
+}
+
+/* The level variant v runs (the wide variants: where they decline, the AVX2 row kernels). */
+static enum level variant_level(enum cpu_variant v)
+{
+    switch (v) {
+    case CPU_VAR_SCALAR: return LV_REF;
+    case CPU_VAR_AVX512: return g_vnni ? LV_VNNI : LV_AVX512;
+    default: return LV_AVX2;
     }
 }
 
-/* The slot of a supported type whose n fits its block size; anything else is a caller bug. */
-static int checked_slot(enum tensor_type t, size_t n)
+/* The level ISA isa runs for row k: the widest it has at or below isa's. */
+static enum level isa_level(const struct type_kernels *k, int isa)
 {
-    int s = type_slot(t);
-    ATTND_CHECK(s >= 0);
-    ATTND_CHECK(s < SLOT_Q8_0 || n % QK8_0 == 0);
-    return s;
-}
-
-/* The quants.c level an ISA runs: the VNNI build needs AVX-512 and VNNI (AVX-512 machines without
- * it run the AVX2 kernels). */
-static enum quants_level quants_level_of(enum cpu_isa isa)
-{
-    if (isa == CPU_ISA_SCALAR) return QUANTS_LEVEL_REF;
-    return isa >= CPU_ISA_AVX512 && g_vnni ? QUANTS_LEVEL_VNNI : QUANTS_LEVEL_AVX2;
-}
-
-/* The K-quant/IQ4/Q4_1/Q5_x dot (quants.c) for ISA isa: scalar, AVX2, or the AVX-512 VNNI build
- * where the CPU has VNNI (AVX-512 machines without it run the AVX2 kernels). */
-static cpu_vec_dot_fn quants_isa_fn(enum tensor_type t, enum cpu_isa isa)
-{
-    return quants_dot_fn(t, quants_level_of(isa));
-}
-
-/* The K-quant/IQ4/Q4_1/Q5_x dot for the active ISA, or the scalar one when ref; NULL for the
- * other types. Aborts on a partial block. */
-static cpu_vec_dot_fn quants_fn(enum tensor_type t, size_t n, int ref)
-{
-    if (!quants_supported(t)) return NULL;
-    ATTND_CHECK(n % tensor_block_elems(t) == 0);
-    return quants_isa_fn(t, ref ? CPU_ISA_SCALAR : cpu_kernels_init());
+    if (isa >= CPU_ISA_AVX512 && k->dot[g_vnni ? LV_VNNI : LV_AVX512]) return g_vnni ? LV_VNNI : LV_AVX512;
+    if (isa >= CPU_ISA_AVX2 && k->dot[LV_AVX2]) return LV_AVX2;
+    return LV_REF;
 }
 
 /* Dispatched; every ISA gives the bits of cpu_f16_to_f32. */
@@ -510,50 +550,17 @@ void cpu_rmsnorm_row_ref(float *out, const float *x, const float *w, size_t n, f
 
 /* ================================================================ public kernels */
 
-/* F32, F16, BF16, Q8_0, Q4_0 here; Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS in quants.c. */
-int cpu_type_supported(enum tensor_type t) { return type_slot(t) >= 0 || quants_supported(t); }
+/* A row with a scalar dot (g_kernels). */
+int cpu_type_supported(enum tensor_type t) { return (unsigned)t < TENSOR_TYPE_MAX && g_kernels[t].dot[LV_REF]; }
 
-/* TENSOR_Q8_K for the K-quants and IQ4_XS, TENSOR_Q8_0 for the other quantized types, TENSOR_F32
- * otherwise (also for unsupported types). */
-enum tensor_type cpu_vec_dot_type(enum tensor_type t)
-{
-    if (quants_supported(t)) return quants_dot_type(t);
-    return (t == TENSOR_Q8_0 || t == TENSOR_Q4_0) ? TENSOR_Q8_0 : TENSOR_F32;
-}
+/* The type table's activation type (attnd/tensor.h): TENSOR_Q8_K for the K-quants and IQ4_XS,
+ * TENSOR_Q8_0 for the other quantized types, TENSOR_F32 otherwise (also for unsupported types). */
+enum tensor_type cpu_vec_dot_type(enum tensor_type t) { return tensor_dot_type(t); }
 
 /* Aborts (ATTND_CHECK) on an unsupported type or an n that is not a multiple of the block size. */
 void cpu_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n)
 {
-    const unsigned char *p = src;
-    if (quants_fn(t, n, 1)) {
-        quants_dequant_row(t, src, dst, n);
-        return;
-    }
-    switch (checked_slot(t, n)) {
-    case SLOT_F32: memmove(dst, src, n * sizeof(float)); return;
-    case SLOT_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(ld_u16(p + 2 * i));
-        return;
-    case SLOT_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(ld_u16(p + 2 * i));
-        return;
-    case SLOT_Q8_0:
-        for (size_t b = 0; b < n / QK8_0; b++, p += CPU_Q8_0_BYTES) {
-            float d = cpu_f16_to_f32(ld_u16(p));
-            const int8_t *q = (const int8_t *)(p + 2);
-            for (int k = 0; k < QK8_0; k++) dst[b * QK8_0 + k] = d * (float)q[k];
-        }
-        return;
-    case SLOT_Q4_0:
-        for (size_t b = 0; b < n / QK4_0; b++, p += CPU_Q4_0_BYTES) {
-            float d = cpu_f16_to_f32(ld_u16(p));
-            for (int k = 0; k < QK4_0 / 2; k++) {
-                dst[b * QK4_0 + k] = d * (float)((p[2 + k] & 0x0f) - 8);
-                dst[b * QK4_0 + k + QK4_0 / 2] = d * (float)((p[2 + k] >> 4) - 8);
-            }
-        }
-        return;
-    }
+    checked_row(t, n)->dequant(t, src, dst, n);
 }
 
 /* Dispatched; every ISA writes the same bytes. Aborts if n % 32 != 0. */
@@ -597,37 +604,27 @@ void cpu_quantize_row_q4_0(const float *x, void *dst, size_t n)
  * Q8_K: quants_quantize_row_q8_k (or its AVX2 twin, the same bits). */
 void cpu_prepare_row(enum tensor_type t, const float *x, void *dst, size_t n)
 {
-    if (quants_fn(t, n, 1)) {
-        if (quants_dot_type(t) == TENSOR_Q8_K) {
-            if (active() == &g_sets[CPU_ISA_SCALAR]) quants_quantize_row_q8_k(x, dst, n);
-            else quants_avx2_quantize_row_q8_k(x, dst, n);
-        }
-        else active()->quantize_q8_0(x, dst, n);
+    (void)checked_row(t, n);
+    switch (tensor_dot_type(t)) {
+    case TENSOR_Q8_0: active()->quantize_q8_0(x, dst, n); return;
+    case TENSOR_Q8_K: active()->quantize_q8_k(x, dst, n); return;
+    default:
+        if (dst != (const void *)x) memmove(dst, x, n * sizeof(float));
         return;
     }
-    int s = checked_slot(t, n);
-    if (s == SLOT_Q8_0 || s == SLOT_Q4_0)
-        active()->quantize_q8_0(x, dst, n);
-    else if (dst != (const void *)x)
-        memmove(dst, x, n * sizeof(float));
 }
 
 /* Dispatched dot product; aborts on an unsupported type or a partial block. */
 float cpu_vec_dot(enum tensor_type t, size_t n, const void *w, const void *a)
 {
-    cpu_vec_dot_fn q = quants_fn(t, n, 0);
-    if (q) return q(n, w, a);
-    int s = checked_slot(t, n);
-    return active()->dot[s](n, w, a);
+    const struct type_kernels *k = checked_row(t, n);
+    return k->dot[isa_level(k, (int)cpu_kernels_init())](n, w, a);
 }
 
 /* Scalar reference of cpu_vec_dot (float types summed in double). */
 float cpu_vec_dot_ref(enum tensor_type t, size_t n, const void *w, const void *a)
 {
-    cpu_vec_dot_fn q = quants_fn(t, n, 1);
-    if (q) return q(n, w, a);
-    int s = checked_slot(t, n);
-    return g_sets[CPU_ISA_SCALAR].dot[s](n, w, a);
+    return checked_row(t, n)->dot[LV_REF](n, w, a);
 }
 
 /* ================================================================ variants */
@@ -651,34 +648,34 @@ const char *cpu_variant_name(enum cpu_variant v)
     return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
 }
 
-static int float_type(enum tensor_type t) { return t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16; }
+/* What each variant needs of the CPU beside its kernel in the type's row: the ISA, VNNI, and 2+
+ * tokens (the wide GEMMs). */
+static const struct {
+    enum cpu_isa isa;
+    unsigned char vnni, wide;
+} g_variant_needs[CPU_N_VARIANTS] = {
+    [CPU_VAR_SCALAR] = {CPU_ISA_SCALAR, 0, 0}, [CPU_VAR_AVX2] = {CPU_ISA_AVX2, 0, 0},
+    [CPU_VAR_AVX512] = {CPU_ISA_AVX512, 0, 0}, [CPU_VAR_PANEL] = {CPU_ISA_AVX2, 0, 1},
+    [CPU_VAR_VNNI_PANEL] = {CPU_ISA_AVX512, 1, 1}, [CPU_VAR_AMX] = {CPU_ISA_AMX, 1, 1},
+};
 
 int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
 {
-    if ((unsigned)f >= CPU_N_FAMILIES || !cpu_type_supported(t)) return 0;
-    const enum cpu_isa isa = cpu_kernels_init();
-    switch (v) {
-    case CPU_VAR_SCALAR: return 1;
-    case CPU_VAR_AVX2: return isa >= CPU_ISA_AVX2;
-    case CPU_VAR_AVX512: return isa >= CPU_ISA_AVX512 && (type_slot(t) >= 0 || g_vnni);
-    case CPU_VAR_PANEL:
-        return isa >= CPU_ISA_AVX2 && f != CPU_FAM_MATVEC && (quants_panel_type(t, QUANTS_LEVEL_AVX2) || float_type(t));
-    case CPU_VAR_VNNI_PANEL:
-        return isa >= CPU_ISA_AVX512 && g_vnni && f != CPU_FAM_MATVEC && quants_panel_type(t, QUANTS_LEVEL_VNNI);
-    case CPU_VAR_AMX: return isa >= CPU_ISA_AMX && f != CPU_FAM_MATVEC && cpu_amx_type(t);
-    case CPU_N_VARIANTS: break;
-    }
-    return 0;
+    if ((unsigned)f >= CPU_N_FAMILIES || (unsigned)v >= CPU_N_VARIANTS || !cpu_type_supported(t)) return 0;
+    const struct type_kernels *k = &g_kernels[t];
+    if (cpu_kernels_init() < g_variant_needs[v].isa || (g_variant_needs[v].vnni && !g_vnni)) return 0;
+    if (g_variant_needs[v].wide) return f != CPU_FAM_MATVEC && k->wide[v - CPU_VAR_PANEL] != NULL;
+    return k->dot[variant_level(v)] != NULL;
 }
 
 /* AMX tiles for 2+ tokens of their types where the CPU has them, else the VNNI int8 panel where the
  * CPU has VNNI, else the AVX2 int8 panel and the float panel for prompts, else the widest ISA that
- * has the type. */
+ * has the type. Float weights are those whose activations stay F32 (tensor_dot_type). */
 enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
 {
     if (cpu_variant_available(f, t, CPU_VAR_AMX)) return CPU_VAR_AMX;
     if (cpu_variant_available(f, t, CPU_VAR_VNNI_PANEL)) return CPU_VAR_VNNI_PANEL;
-    if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (!float_type(t) || f == CPU_FAM_GEMM))
+    if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (tensor_dot_type(t) != TENSOR_F32 || f == CPU_FAM_GEMM))
         return CPU_VAR_PANEL;
     if (cpu_variant_available(f, t, CPU_VAR_AVX512)) return CPU_VAR_AVX512;
     if (cpu_variant_available(f, t, CPU_VAR_AVX2)) return CPU_VAR_AVX2;
@@ -707,43 +704,21 @@ void cpu_kernels_clear_choices(void)
         for (int t = 0; t < TENSOR_TYPE_MAX; t++) atomic_store(&g_choice[f][t], 0);
 }
 
-/* Aborts on an unsupported type or a partial block (the callers' bug, not the input's). */
-static void check_type(enum tensor_type t, size_t n)
-{
-    if (!quants_fn(t, n, 1)) (void)checked_slot(t, n);
-}
-
+/* The kernels of (v, t) from t's row: a wide GEMM (falling back to the AVX2 row kernels where it
+ * declines), else for one token the level's matrix-vector product, else its row GEMM. */
 void cpu_gemm_variant(enum cpu_variant v, enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0,
                       size_t r1, const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
-    check_type(t, n);
+    const struct type_kernels *k = checked_row(t, n);
     ATTND_CHECK(cpu_variant_available(cpu_family_of(n_tok), t, v));
     if (r0 >= r1 || n_tok == 0) return;
-    if (v == CPU_VAR_PANEL && float_type(t)) {
-        cpu_gemm_fn g = t == TENSOR_F32   ? cpu_avx2_gemm_panel_f32
-                        : t == TENSOR_F16 ? cpu_avx2_gemm_panel_f16
-                                          : cpu_avx2_gemm_panel_bf16;
-        g(n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    if (v >= CPU_VAR_PANEL && k->wide[v - CPU_VAR_PANEL](t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y,
+                                                        y_stride))
         return;
-    }
-    if (v == CPU_VAR_PANEL && quants_avx2_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
-        return;
-    if (v == CPU_VAR_VNNI_PANEL && quants_avx512_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride))
-        return;
-    if (v == CPU_VAR_AMX && cpu_amx_gemm(t, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride)) return;
-    const enum cpu_isa isa = v == CPU_VAR_SCALAR ? CPU_ISA_SCALAR : v == CPU_VAR_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
-    if (n_tok == 1 && isa != CPU_ISA_SCALAR) { /* Q8_0 / Q4_0 generation: the prefetching row loop */
-        const int done = quants_level_of(isa) == QUANTS_LEVEL_VNNI
-                             ? quants_avx512_matvec_q(t, n, w, w_row_bytes, r0, r1, a, y)
-                             : quants_avx2_matvec_q(t, n, w, w_row_bytes, r0, r1, a, y);
-        if (done) return;
-    }
-    if (quants_supported(t)) {
-        cpu_vec_dot_fn dot = quants_isa_fn(t, isa);
-        quants_gemm(dot, n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
-        return;
-    }
-    g_sets[isa].gemm[type_slot(t)](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    const enum level lv = variant_level(v);
+    if (n_tok == 1 && k->matvec[lv] && k->matvec[lv](t, n, w, w_row_bytes, r0, r1, a, y)) return;
+    if (k->gemm[lv]) k->gemm[lv](n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
+    else quants_gemm(k->dot[lv], n, w, w_row_bytes, r0, r1, a, a_row_bytes, n_tok, y, y_stride);
 }
 
 /* Dispatched matrix product (see cpu_kernels.h); aborts on an unsupported type or a partial block. */

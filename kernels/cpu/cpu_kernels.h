@@ -1,13 +1,17 @@
-/* cpu_kernels.h - CPU dot-product / GEMM kernels for the weight types attnd runs:
- * F32, F16, BF16, Q8_0 and Q4_0. Each kernel has a scalar reference (cpu_*_ref) and SIMD
- * versions (AVX2+FMA+F16C, AVX-512F/BW/VL) chosen once at run time by cpu_kernels_init().
+/* cpu_kernels.h - CPU dot-product / GEMM kernels for the weight types of the type table: F32, F16,
+ * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K and IQ4_XS. A type's row has two parts:
+ * its description (name, block size and bytes, activation type) in core's table (attnd/tensor.h),
+ * its kernels (dequantize, the dot and GEMM per ISA level, the variants it allows) in
+ * cpu_kernels.c's, keyed by the same enum. Each kernel has a scalar reference (cpu_*_ref) and SIMD
+ * versions (AVX2+FMA+F16C, AVX-512F/BW/VL, VNNI, AMX) chosen at run time by cpu_kernels_init().
  * A build without those instruction sets still works (scalar only).
  *
- * Activations are "prepared" for a weight type before a dot product:
- *   weight F32, F16, BF16 -> activations stay F32 (plain float array)
- *   weight Q8_0, Q4_0     -> activations quantized to Q8_0 blocks (scale = max|x|/127
+ * Activations are "prepared" for a weight type before a dot product (tensor_dot_type):
+ *   weight F32, F16, BF16    -> activations stay F32 (plain float array)
+ *   weight Q8_0, Q4_0, Q4_1, Q5_x, IQ4_NL -> activations quantized to Q8_0 blocks (scale = max|x|/127
  *                            stored as F16, q = round-to-nearest(x/scale)); this matches what
  *                            the reference engine does, so results land close to it.
+ *   weight Q2_K..Q6_K, IQ4_XS -> activations quantized to Q8_K blocks (quants.h).
  * All functions are thread-safe (no shared state after cpu_kernels_init()).
  */
 #ifndef ATTND_CPU_KERNELS_H
@@ -31,7 +35,7 @@ const char *cpu_isa_name(enum cpu_isa isa);
 /* The widest ISA the CPU (and OS) supports, whatever the cap. */
 enum cpu_isa cpu_kernels_max_isa(void);
 
-/* ---- conversions (scalar, exact IEEE round-to-nearest-even) ---- */
+/* ---- conversions (scalar, exact IEEE round-to-nearest-even): core's tensor_f16_to_f32 & co ---- */
 float cpu_f16_to_f32(uint16_t h);
 uint16_t cpu_f32_to_f16(float f);
 float cpu_bf16_to_f32(uint16_t h);
@@ -63,9 +67,10 @@ void cpu_rmsnorm_row(float *out, const float *x, const float *w, size_t n, float
 void cpu_rmsnorm_row_ref(float *out, const float *x, const float *w, size_t n, float eps);
 
 /* ---- weights ---- */
-/* 1 if the kernels can compute with weights of this type. */
+/* 1 if the kernels can compute with weights of this type (its row in the table has kernels). */
 int cpu_type_supported(enum tensor_type t);
-/* The type activations must be prepared as for weights of type t (TENSOR_F32 or TENSOR_Q8_0). */
+/* The type activations must be prepared as for weights of type t: tensor_dot_type(t) (TENSOR_F32,
+ * TENSOR_Q8_0 or TENSOR_Q8_K). */
 enum tensor_type cpu_vec_dot_type(enum tensor_type t);
 
 /* Dequantizes n elements (n a multiple of the type's block size) of type t to f32. */

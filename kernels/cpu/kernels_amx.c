@@ -32,6 +32,7 @@
 #include "kernels/cpu/cpu_kernels_impl.h"
 #include "kernels/cpu/kernels_simd.h" /* MV_STREAMS */
 #include "kernels/cpu/kernels_simd512.h"
+#include "kernels/cpu/quants.h"
 #include "kernels/cpu/scratch.h"
 
 #include <assert.h>
@@ -667,7 +668,7 @@ static void gemm_int8_small(enum tensor_type t, size_t n, const unsigned char *w
                             const unsigned char *a, size_t arb, size_t n_tok, float *y, size_t ys,
                             struct act_small *act, struct panel8 *panel)
 {
-    const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t), tp = n_tok <= 4 ? 4 : n_tok <= 8 ? 8 : 16;
+    const int q8k = tensor_dot_type(t) == TENSOR_Q8_K, mins = has_min(t), tp = n_tok <= 4 ? 4 : n_tok <= 8 ? 8 : 16;
     const size_t nb = n / 32;
     config_int8_small(tp);
     for (size_t k0 = 0; k0 < nb; k0 += SMALL_KB) {
@@ -706,7 +707,7 @@ static void gemm_int8(enum tensor_type t, size_t n, const unsigned char *w, size
         gemm_int8_small(t, n, w, wrb, r0, r1, a, arb, n_tok, y, ys, act_small, panel);
         return;
     }
-    const int q8k = quants_dot_type(t) == TENSOR_Q8_K, mins = has_min(t);
+    const int q8k = tensor_dot_type(t) == TENSOR_Q8_K, mins = has_min(t);
     const size_t nb = n / 32;
     config_int8();
     for (size_t j0 = 0; j0 < n_tok; j0 += AMX_TOK) {

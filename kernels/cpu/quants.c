@@ -1,7 +1,7 @@
 /* quants.c - scalar reference for the K-quant, IQ4 and Q4_1/Q5_x weight types (layouts in
- * cpu_kernels_impl.h): dequantization, Q8_K activation quantization, reference dot products, and the
- * row-at-a-time GEMM both ISAs use. Built for baseline x86-64. */
-#include "kernels/cpu/cpu_kernels_impl.h"
+ * attnd/tensor.h): dequantization, Q8_K activation quantization, reference dot products, and the
+ * row-at-a-time GEMM every level uses. Built for baseline x86-64. */
+#include "kernels/cpu/quants.h"
 
 #include <math.h>
 #include <string.h>
@@ -191,23 +191,9 @@ static void unpack256(enum tensor_type t, const unsigned char *b, struct blk256 
     }
 }
 
-/* ================================================================ public: types, dequant */
-
-/* Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS. Pure. */
-int quants_supported(enum tensor_type t)
-{
-    switch (t) {
-    case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
-    case TENSOR_Q2_K: case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K:
-    case TENSOR_IQ4_XS: return 1;
-    default: return 0;
-    }
-}
+/* ================================================================ public: dequant, Q8_K */
 
 static int is_256(enum tensor_type t) { return tensor_block_elems(t) == QUANTS_QK_K; }
-
-/* Q8_K for the super-block types, Q8_0 for the 32-blocks. */
-enum tensor_type quants_dot_type(enum tensor_type t) { return is_256(t) ? TENSOR_Q8_K : TENSOR_Q8_0; }
 
 /* The caller (cpu_kernels.c) has checked the type and that n is a multiple of its block. */
 void quants_dequant_row(enum tensor_type t, const void *src, float *dst, size_t n)
@@ -274,7 +260,7 @@ static float ref_dot32(enum tensor_type t, size_t n, const void *w, const void *
     const size_t bb = tensor_block_bytes(t);
     float sum = 0.0f;
     struct blk32 o;
-    for (size_t b = 0; b < n / 32; b++, pw += bb, pa += CPU_Q8_0_BYTES) {
+    for (size_t b = 0; b < n / 32; b++, pw += bb, pa += sizeof(block_q8_0)) {
         unpack32(t, pw, &o);
         const int8_t *qa = (const int8_t *)(pa + 2);
         int isum = 0, asum = 0;
@@ -312,8 +298,9 @@ static float ref_dot256(enum tensor_type t, size_t n, const void *w, const void 
     return sum;
 }
 
-#define REF_DOT(name, T, body)                                                        \
-    static float ref_dot_##name(size_t n, const void *w, const void *a) { return body(T, n, w, a); }
+/* The reference dot of each type (quants.h): ref_dot32 or ref_dot256 for that type. Pure. */
+#define REF_DOT(name, T, body)                                                              \
+    float quants_ref_dot_##name(size_t n, const void *w, const void *a) { return body(T, n, w, a); }
 REF_DOT(q4_1, TENSOR_Q4_1, ref_dot32)
 REF_DOT(q5_0, TENSOR_Q5_0, ref_dot32)
 REF_DOT(q5_1, TENSOR_Q5_1, ref_dot32)
@@ -326,45 +313,8 @@ REF_DOT(q6_k, TENSOR_Q6_K, ref_dot256)
 REF_DOT(iq4_xs, TENSOR_IQ4_XS, ref_dot256)
 #undef REF_DOT
 
-/* The scalar dot of a supported type; NULL for any other. */
-/* Each supported type's dot at each level (enum quants_level): scalar reference, AVX2, AVX-512 VNNI. */
-static const struct {
-    enum tensor_type type;
-    cpu_vec_dot_fn fn[QUANTS_N_LEVELS];
-} dots[] = {
-    {TENSOR_Q4_1, {ref_dot_q4_1, quants_avx2_dot_q4_1, quants_avx512_dot_q4_1}},
-    {TENSOR_Q5_0, {ref_dot_q5_0, quants_avx2_dot_q5_0, quants_avx512_dot_q5_0}},
-    {TENSOR_Q5_1, {ref_dot_q5_1, quants_avx2_dot_q5_1, quants_avx512_dot_q5_1}},
-    {TENSOR_IQ4_NL, {ref_dot_iq4_nl, quants_avx2_dot_iq4_nl, quants_avx512_dot_iq4_nl}},
-    {TENSOR_Q2_K, {ref_dot_q2_k, quants_avx2_dot_q2_k, quants_avx512_dot_q2_k}},
-    {TENSOR_Q3_K, {ref_dot_q3_k, quants_avx2_dot_q3_k, quants_avx512_dot_q3_k}},
-    {TENSOR_Q4_K, {ref_dot_q4_k, quants_avx2_dot_q4_k, quants_avx512_dot_q4_k}},
-    {TENSOR_Q5_K, {ref_dot_q5_k, quants_avx2_dot_q5_k, quants_avx512_dot_q5_k}},
-    {TENSOR_Q6_K, {ref_dot_q6_k, quants_avx2_dot_q6_k, quants_avx512_dot_q6_k}},
-    {TENSOR_IQ4_XS, {ref_dot_iq4_xs, quants_avx2_dot_iq4_xs, quants_avx512_dot_iq4_xs}},
-};
-
-cpu_vec_dot_fn quants_dot_fn(enum tensor_type t, enum quants_level level)
-{
-    for (size_t i = 0; i < sizeof dots / sizeof dots[0]; i++)
-        if (dots[i].type == t) return dots[i].fn[level];
-    return NULL;
-}
-
-/* The types the panel GEMMs take: every quants.c type but Q2_K, Q4_0, and Q8_0 on the VNNI
- * panel only (the AVX2 panel's sign trick cannot negate a Q8_0 weight of -128). */
-int quants_panel_type(enum tensor_type t, enum quants_level level)
-{
-    switch (t) {
-    case TENSOR_Q8_0: return level == QUANTS_LEVEL_VNNI;
-    case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_IQ4_NL:
-    case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_IQ4_XS: return level != QUANTS_LEVEL_REF;
-    default: return 0;
-    }
-}
-
 /* Rows outer, tokens inner: a weight row is read from memory once and from cache after that. */
-void quants_gemm(cpu_vec_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+void quants_gemm(quants_dot_fn dot, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride)
 {
     for (size_t r = r0; r < r1; r++) {

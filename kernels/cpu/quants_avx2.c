@@ -1,5 +1,5 @@
 /* quants_avx2.c - AVX2 dot products for the K-quant, IQ4 and Q4_1/Q5_x weight types (layouts in
- * cpu_kernels_impl.h), and the int8 panel GEMM for 2+ tokens. Built twice:
+ * attnd/tensor.h), and the int8 panel GEMM for 2+ tokens. Built twice:
  *   - with -mavx2 -mfma -mf16c as itself: the quants_avx2_* functions;
  *   - with AVX-512 F/BW/VL/DQ + VNNI as quants_avx512.c (which includes this file with
  *     QUANTS_VNNI set): the quants_avx512_* functions, whose multiply-accumulate steps are
@@ -13,7 +13,7 @@
  * |w| * sign(a, w), safe because no quant or activation is -128); the 16-bit pair sums are
  * then multiplied by the sub-block scales in madd, so a super-block's sum is exact in int32
  * as in the scalar reference. Only the float sum over blocks differs in order. */
-#include "kernels/cpu/cpu_kernels_impl.h"
+#include "kernels/cpu/quants.h"
 #include "kernels/cpu/kernels_simd.h" /* ld_f16: an f16 through F16C, not quants_ld_f16's call */
 
 #include <immintrin.h>
@@ -25,10 +25,8 @@
 #error "quants_avx512.c must be compiled with -mavx512vnni -mavx512vl"
 #endif
 #define QS(name) quants_avx512_##name
-#define QS_LEVEL QUANTS_LEVEL_VNNI
 #else
 #define QS(name) quants_avx2_##name
-#define QS_LEVEL QUANTS_LEVEL_AVX2
 #endif
 
 /* ---- helpers ---- */
@@ -1159,13 +1157,13 @@ static enum pg_kind pg_kind_of(enum tensor_type t)
     }
 }
 
-/* The panel GEMM of this build's level: every type of quants_panel_type (not Q2_K, whose mins are
+/* The panel GEMM of this build's level: the types of the table's panel column (not Q2_K, whose mins are
  * per 16 weights; Q8_0 only in the VNNI build, where no sign trick has to negate a -128 weight). */
 int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
                      size_t arb, size_t n_tok, float *y, size_t ys)
 {
-    if (!quants_panel_type(t, QS_LEVEL) || n_tok < 2) return 0;
-    const int q8k = quants_dot_type(t) == TENSOR_Q8_K;
+    if (n_tok < 2) return 0; /* t: a type cpu_kernels.c's table gives this panel */
+    const int q8k = tensor_dot_type(t) == TENSOR_Q8_K;
     const enum pg_kind kind = pg_kind_of(t);
     const int has_min = kind == PG_MIN;
     const unsigned char *pw = w, *pa = a;

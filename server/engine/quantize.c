@@ -1,5 +1,5 @@
 /* quantize.c - weight quantizers (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K here; Q8_0 and Q4_0 from the CPU
- * kernels) and `attnd quantize`'s whole-file conversion. Block layouts: kernels/cpu/cpu_kernels_impl.h. */
+ * kernels) and `attnd quantize`'s whole-file conversion. Block layouts: attnd/tensor.h. */
 #include "attnd/quantize.h"
 
 #include <fcntl.h>
