@@ -225,8 +225,10 @@ static void put_response(struct api_buf *b, const struct api_job *j, bool done)
     if (!done) api_buf_puts(b, "null}");
     else api_buf_printf(b,
                         "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":%d,"
-                        "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d}}",
+                        "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d",
                         j->prompt_tokens, ch->completion_tokens, j->prompt_tokens + ch->completion_tokens);
+    if (done && j->n_interventions) api_buf_printf(b, ",\"interventions\":%d", j->n_interventions);
+    if (done) api_buf_puts(b, "}}");
 }
 
 static void whole(struct api_buf *b, const struct api_job *j)

@@ -755,7 +755,8 @@ static attnd_status iv_check(const struct sched *s, const struct sched_request *
 {
     if (!r->iv) return ATTND_OK;
     if (strcmp(fwd_backend_name(s->fwd), "cpu") != 0) {
-        snprintf(err, errlen, "interventions need the CPU backend (this server runs on %s)", fwd_backend_name(s->fwd));
+        snprintf(err, errlen, "interventions and activation captures need the CPU backend (this server runs on %s)",
+                 fwd_backend_name(s->fwd));
         return ATTND_ERR_INVALID;
     }
     if (!iv_matches(r->iv, &s->m->hp)) {

@@ -216,6 +216,9 @@ def check_routes(d):
                                         "interventions": ivs[:1]})
     c.check(r.status_code == 200 and r.json()["usage"].get("interventions") == 1,
             f"/v1/chat/completions: {r.status_code} {r.text[:300]}")
+    r = d.post("/v1/responses", {"input": "hi", "max_output_tokens": 2, "interventions": ivs[:1]})
+    c.check(r.status_code == 200 and r.json()["usage"].get("interventions") == 1,
+            f"/v1/responses: {r.status_code} {r.text[:300]}")
 
 
 def check_run(ivs, served):
@@ -248,6 +251,8 @@ def check_vulkan():
         c.check(r.status_code == 400 and "CPU backend" in r.text, f"vulkan: {r.status_code} {r.text[:200]}")
         r = vk.post("/v1/generate", {"prompt": PROMPT, "max_tokens": 1})
         c.check(r.status_code == 200, f"vulkan, plain: {r.status_code}")
+        r = vk.post("/v1/activations", {"prompt": PROMPT, "sites": [{"site": "z", "layer": 0}]})
+        c.check(r.status_code == 400 and "CPU backend" in r.text, f"vulkan activations: {r.status_code} {r.text[:200]}")
     finally:
         c.check(vk.stop() == 0, "vulkan daemon exit status")
 
