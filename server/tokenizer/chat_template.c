@@ -57,8 +57,8 @@ static const char *const g_builtin[CHAT_FAMILY_COUNT] = {
                    "(m['content'] or '') | trim + '<end_of_turn>\\n' }}{%- if role == 'user' %}{%- set ns.sys = '' %}"
                    "{%- endif %}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}"
                    "{%- endif %}",
-    [CHAT_PHI3] = "{%- for m in messages %}{{- '<|' + m['role'] + '|>\\n' + (m['content'] or '') + '<|end|>\\n' }}"
-                  "{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- else %}{{- eos_token }}{%- endif %}",
+    [CHAT_PHI3] = ("{%- for m in messages %}{{- '<|' + m['role'] + '|>\\n' + (m['content'] or '') + '<|end|>\\n' }}"
+                   "{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- else %}{{- eos_token }}{%- endif %}"),
 };
 
 const char *chat_family_name(enum chat_family f)

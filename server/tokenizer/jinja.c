@@ -965,7 +965,7 @@ static const char *const k_filters[] = {
     "tojson", "length", "count", "default", "d", "items", "list", "string", "safe", "e", "escape", "first", "last",
     "int", "float", "join", "map", "select", "reject", "selectattr", "rejectattr", "sort", "unique", "indent", "trim",
     "lower", "upper", "title", "capitalize", "replace", "reverse", "abs", "wordcount", "center", "sum", "max", "min",
-    "round", NULL};
+    "round", "attr", "dictsort", "format", "batch", NULL};
 static const char *const k_tests[] = {
     "defined", "undefined", "none", "string", "mapping", "sequence", "iterable", "number", "integer", "float",
     "boolean", "true", "false", "callable", "lower", "upper", "odd", "even", "divisibleby", "equalto", "eq", "==",
@@ -1191,14 +1191,16 @@ static struct expr *p_math1(struct parser *P)
 static struct expr *p_compare(struct parser *P)
 {
     static const char *const ops[] = {"==", "!=", "<", "<=", ">", ">="};
-    struct expr *e = p_math1(P);
+    struct expr *e = p_math1(P), *last = NULL; /* last: the previous comparison of a chain */
     while (e) {
         int op = -1;
         for (int k = 0; k < 6; k++)
             if (is_op(P, ops[k])) op = k;
-        if (op >= 0) {
+        if (op >= 0) { /* a < b < c is (a < b) and (b < c), as in Python */
             adv(P);
-            e = bin(P, E_CMP, op, e, p_math1(P));
+            struct expr *c = bin(P, E_CMP, op, last ? last->b : e, p_math1(P));
+            e = last ? bin(P, E_AND, 0, e, c) : c;
+            last = c;
         } else if (accept_name(P, "in")) {
             e = bin(P, E_IN, 0, e, p_math1(P));
         } else if (is_name(P, "not") && tok_is(&P->t[P->i + 1], T_NAME, "in")) {
@@ -2317,6 +2319,7 @@ static val to_str(struct rs *R, const val *v)
  * =========================================================================================== */
 
 static val f_escape(struct rs *R, const val *in);
+static val py_format(struct rs *R, const val *fmt, const val *args);
 
 static val concat2(struct rs *R, const struct jstr *a, const struct jstr *b)
 {
@@ -2440,6 +2443,7 @@ static val arith(struct rs *R, int op, const val *a, const val *b)
         if (a->t != V_FLOAT && b->t != V_FLOAT && op != B_DIV) return int_arith(R, op, num_i(a), num_i(b));
         return float_arith(R, op, num_f(a), num_f(b), a->t != V_FLOAT && b->t != V_FLOAT);
     }
+    if (op == B_MOD && a->t == V_STR) return py_format(R, a, b);
     if (op == B_ADD && a->t == V_STR && b->t == V_STR && (a->tuple == 1 || b->tuple == 1)) { /* Markup escapes str */
         val x = f_escape(R, a), y = f_escape(R, b);
         if (R->st) return UNDEF;
@@ -3206,6 +3210,84 @@ static val f_misc(struct rs *R, const char *name, size_t n, const val *in, const
     return UNDEF;
 }
 
+/* Python's printf-style fmt % args for %s %r %d %i %f %% (with an optional .N precision for %f);
+ * args: a tuple (its items, in order) or one value. */
+static val py_format(struct rs *R, const val *fmt, const val *args)
+{
+    const val *items = args->t == V_LIST && args->tuple == 1 ? args->u.l->v : args;
+    size_t n_items = args->t == V_LIST && args->tuple == 1 ? args->u.l->n : 1, used = 0;
+    struct sb b = {.R = R};
+    sb_put(&b, "", 0);
+    const char *p = fmt->u.s.p, *end = p + fmt->u.s.n;
+    while (p < end && !R->st) {
+        const char *q = memchr(p, '%', (size_t)(end - p));
+        sb_putd(&b, p, (size_t)((q ? q : end) - p), is_data(fmt));
+        if (!q) break;
+        int prec = -1;
+        p = q + 1;
+        if (p < end && *p == '.' && p + 1 < end && is_digit(p[1])) prec = (int)strtol(p + 1, (char **)&p, 10) % 100;
+        char c = p < end ? *p++ : 0;
+        if (c == '%') {
+            sb_put(&b, "%", 1);
+            continue;
+        }
+        if (!strchr("srdif", c) || !c || used >= n_items) {
+            fail(R, ATTND_ERR_INVALID, "TypeError: not enough arguments for format string");
+            break;
+        }
+        const val *x = &items[used++];
+        char buf[64];
+        if (c == 's' || c == 'r') put_val(&b, x, c == 'r');
+        else if (!is_num(x)) fail(R, ATTND_ERR_INVALID, "TypeError: %%%c format: a real number is required, not %s", c, type_name(x));
+        else if (c == 'f') snprintf(buf, sizeof buf, "%.*f", prec < 0 ? 6 : prec, num_f(x)), sb_puts(&b, buf);
+        else snprintf(buf, sizeof buf, "%" PRId64, x->t == V_FLOAT ? (int64_t)x->u.f : num_i(x)), sb_puts(&b, buf);
+    }
+    if (!R->st && used < n_items && !(args->t == V_DICT))
+        fail(R, ATTND_ERR_INVALID, "TypeError: not all arguments converted during string formatting");
+    return sb_val(&b);
+}
+
+/* dictsort(case_sensitive=false, by='key', reverse=false): the (key, value) pairs, sorted. */
+static val f_dictsort(struct rs *R, const val *in, const struct av *a, int na)
+{
+    if (in->t != V_DICT) return fail(R, ATTND_ERR_INVALID, "TypeError: dictsort needs a mapping"), UNDEF;
+    bool cs = arg_true(a, na, 0, "case_sensitive"), rev = arg_true(a, na, 2, "reverse");
+    const val *by = argp(a, na, 1, "by");
+    int pos = by && by->t == V_STR && by->u.s.n == 5 && !memcmp(by->u.s.p, "value", 5) ? 1 : 0;
+    size_t n = in->u.d->n;
+    val *v = ralloc(R, (n + 1) * sizeof *v);
+    if (!v) return UNDEF;
+    for (size_t i = 0; i < n && !R->st; i++) {
+        val kv[2] = {in->u.d->k[i], in->u.d->v[i]};
+        v[i] = list_of(R, kv, 2, 1);
+        for (size_t j = i; j > 0 && step(R); j--) {
+            int c = sort_cmp(R, &v[j - 1].u.l->v[pos], &v[j].u.l->v[pos], cs);
+            if (R->st || (rev ? c >= 0 : c <= 0)) break;
+            val t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
+        }
+    }
+    return list_of(R, v, n, 0);
+}
+
+static val f_batch(struct rs *R, const val *in, const struct av *a, int na)
+{
+    const val *cnt = argp(a, na, 0, "linecount"), *fill = argp(a, na, 1, "fill_with");
+    val items;
+    if (!cnt || cnt->t != V_INT || cnt->u.i <= 0) return fail(R, ATTND_ERR_INVALID, "TypeError: batch needs a count"), UNDEF;
+    if (!iter_list(R, in, &items)) return UNDEF;
+    struct lb out = {.R = R}, cur_ = {.R = R};
+    for (size_t i = 0; i < items.u.l->n && !R->st; i++) {
+        lb_push(&cur_, items.u.l->v[i]);
+        if ((int64_t)cur_.n == cnt->u.i) lb_push(&out, lb_val(&cur_, 0));
+    }
+    if (cur_.n) {
+        while (fill && (int64_t)cur_.n < cnt->u.i && !R->st) lb_push(&cur_, *fill);
+        lb_push(&out, lb_val(&cur_, 0));
+    }
+    free(cur_.v);
+    return lb_val(&out, 2);
+}
+
 static val apply_filter(struct rs *R, const char *name, size_t n, const val *in, const struct av *a, int na)
 {
     if (!step(R)) return UNDEF;
@@ -3237,6 +3319,21 @@ static val apply_filter(struct rs *R, const char *name, size_t n, const val *in,
     if (IS("selectattr") || IS("rejectattr")) return f_select(R, in, a, na, true, IS("selectattr"));
     if (IS("sort") || IS("unique")) return f_sort(R, in, a, na, IS("unique"));
     if (IS("indent")) return f_indent(R, in, a, na);
+    if (IS("dictsort")) return f_dictsort(R, in, a, na);
+    if (IS("batch")) return f_batch(R, in, a, na);
+    if (IS("attr")) { /* Python attributes only: a dict's keys are not */
+        const val *nm = argp(a, na, 0, "name");
+        if (in->t == V_LOOP && nm && nm->t == V_STR) return loop_attr(R, in->u.lp, nm->u.s.p, nm->u.s.n);
+        return undef_hint(R, "'%s' has no attribute", obj_repr(in));
+    }
+    if (IS("format")) {
+        if (in->t != V_STR) return fail(R, ATTND_ERR_INVALID, "TypeError: format needs a string"), UNDEF;
+        struct lb l = {.R = R};
+        for (int i = 0; i < na; i++)
+            if (!a[i].kw) lb_push(&l, a[i].v);
+        val args = lb_val(&l, 1);
+        return R->st ? UNDEF : py_format(R, in, &args);
+    }
     if (in->t == V_UNDEF && (IS("trim") || IS("lower") || IS("upper") || IS("title") || IS("capitalize") || IS("replace")))
         return vlit("", 0);
     val s = (IS("trim") || IS("lower") || IS("upper") || IS("title") || IS("capitalize") || IS("replace")) ? to_str(R, in) : *in;
