@@ -257,6 +257,28 @@ def check_vulkan():
         c.check(vk.stop() == 0, "vulkan daemon exit status")
 
 
+def check_head_mean_step():
+    """head_mean needs the prompt in one step: over --batch tokens it is refused with a 400; at
+    the limit it runs (in one chunk even beside a decoding request) and matches the reference."""
+    small = Daemon(MODEL, "--batch", "32")
+    try:
+        hm = [{"kind": "head_mean", "layer": 0, "head": 4}]
+        p = PROMPT + [rng.randrange(3, 32000) for _ in range(20)]
+        r = small.post("/v1/generate", {"prompt": p + [5], "max_tokens": 1, "interventions": hm})
+        c.check(r.status_code == 400 and "head_mean" in r.text, f"head_mean, 33 tokens: {r.status_code} {r.text[:200]}")
+        t = threading.Thread(target=lambda: small.post("/v1/generate", {"prompt": PROMPT, "max_tokens": 30,
+                                                                         "ignore_eos": True}))
+        t.start()
+        j = small.post("/v1/generate", {"prompt": p, "max_tokens": 3, "temperature": 0, "logprobs": 1,
+                                        "ignore_eos": True, "interventions": hm}).json()
+        t.join()
+        rows = ref.logprobs(p + j["tokens"][:-1], len(p), hm, range(len(p) - 1, len(p) + 2))
+        worst = max(abs(r[x["token"]] - x["logprob"]) for r, x in zip(rows, j["logprobs"]))
+        c.check(worst <= TOL, f"head_mean, 32 tokens with --batch 32: {worst:.2e} from the reference")
+    finally:
+        c.check(small.stop() == 0, "--batch 32 daemon exit status")
+
+
 d = Daemon(MODEL)
 try:
     results = {}
@@ -277,6 +299,7 @@ try:
     check_run(CASES[-1][1], results["mix"])
 finally:
     c.check(d.stop() == 0, "daemon exit status")
+check_head_mean_step()
 check_vulkan()
 
 c.finish()
