@@ -10,7 +10,9 @@
  *   schema without "type" admits every type, each held to the keywords that concern it),
  *   properties, required, additionalProperties (false / true / a schema; absent means true),
  *   enum, const, items (a schema or boolean), minItems, maxItems, anyOf, oneOf (as anyOf: the
- *   grammar cannot express "exactly one"), $ref to "#" and JSON pointers into the same
+ *   grammar cannot express "exactly one"), allOf (merged into one schema where that is exact:
+ *   see the merging section of json_schema.c; also how $ref and anyOf next to other keywords
+ *   are compiled), $ref to "#" and JSON pointers into the same
  *   document (so #/$defs/x and #/definitions/x), minLength, maxLength, pattern (regex_gbnf.h),
  *   format date / time / date-time / uuid (RFC 3339 / RFC 4122 forms; no leap seconds), and
  *   minimum / maximum / exclusiveMinimum / exclusiveMaximum (exact: digit ranges on integers; on
@@ -20,8 +22,10 @@
  *   title, description, default, examples, deprecated, readOnly, writeOnly, contentMediaType,
  *   contentEncoding, contentSchema, $defs, definitions.
  * Refused (ATTND_ERR_UNSUPPORTED, the message names the keyword): every other keyword; fractional
- *   bounds on numbers; pattern or format together with length bounds; enum/const, anyOf or
- *   $ref next to other assertions; other formats; custom meta-schemas; strings holding \u0000.
+ *   bounds on numbers; pattern or format together with length bounds; enum/const next to other
+ *   assertions; allOf branches that cannot be merged exactly (the same keyword on both sides
+ *   other than those merge knows, additionalProperties against other property names); other
+ *   formats; custom meta-schemas; strings holding \u0000.
  *
  * What the grammar generates (its one spelling of each value): objects with their properties in
  * schema order (required ones first, in the order of "properties"), extra properties after them;

@@ -38,7 +38,7 @@ static const char COMMON[] =
     "fmt-uuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n";
 
 /* Keyword kinds: what a keyword constrains (or that it is an annotation). */
-enum kw_kind { KW_ANNOT, KW_ID, KW_TYPE, KW_ENUM, KW_ANY, KW_REF, KW_OBJ, KW_ARR, KW_STR, KW_NUM };
+enum kw_kind { KW_ANNOT, KW_ID, KW_TYPE, KW_ENUM, KW_ANY, KW_REF, KW_OBJ, KW_ARR, KW_STR, KW_NUM, KW_ALL };
 
 static const struct {
     const char *name;
@@ -48,7 +48,7 @@ static const struct {
     {"default", KW_ANNOT}, {"examples", KW_ANNOT}, {"deprecated", KW_ANNOT}, {"readOnly", KW_ANNOT},
     {"writeOnly", KW_ANNOT}, {"contentMediaType", KW_ANNOT}, {"contentEncoding", KW_ANNOT},
     {"contentSchema", KW_ANNOT}, {"$defs", KW_ANNOT}, {"definitions", KW_ANNOT}, {"$id", KW_ID},
-    {"type", KW_TYPE}, {"enum", KW_ENUM}, {"const", KW_ENUM}, {"anyOf", KW_ANY}, {"oneOf", KW_ANY},
+    {"type", KW_TYPE}, {"enum", KW_ENUM}, {"const", KW_ENUM}, {"anyOf", KW_ANY}, {"oneOf", KW_ANY}, {"allOf", KW_ALL},
     {"$ref", KW_REF}, {"properties", KW_OBJ}, {"required", KW_OBJ}, {"additionalProperties", KW_OBJ},
     {"items", KW_ARR}, {"minItems", KW_ARR}, {"maxItems", KW_ARR}, {"minLength", KW_STR},
     {"maxLength", KW_STR}, {"pattern", KW_STR}, {"format", KW_STR}, {"minimum", KW_NUM},
@@ -73,6 +73,7 @@ struct jc {
     attnd_status st;
     char *err;
     size_t errlen;
+    cJSON *owned; /* schemas made by merging (allOf, $ref or anyOf with siblings), freed at the end */
 };
 
 static void jc_fail(struct jc *c, attnd_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -601,6 +602,194 @@ out:
     free(addkv.p);
 }
 
+/* ---- merging (allOf; $ref or anyOf next to other keywords) ----
+ * allOf [A, B] is compiled as one schema holding the keywords of both, where that is exact:
+ * keywords only one side has are taken as they are; both sides' "type" are intersected,
+ * "required" joined, "properties" joined (a property in both: allOf of its two schemas),
+ * "items" and "additionalProperties" (same property names on both sides) become allOf of the
+ * two, bounds take the tighter one. An anyOf is distributed over the rest: X and anyOf [B, C]
+ * = anyOf [X and B, X and C]. Anything else in both branches is refused by name. */
+
+#define JSG_MAX_MERGE 32    /* $ref / allOf nesting followed while merging */
+#define JSG_MAX_BRANCHES 64 /* anyOf branches after distribution */
+
+/* A new object owned by c (freed with it), or NULL after a failure. */
+static cJSON *owned_object(struct jc *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(c->owned, o)) {
+        cJSON_Delete(o);
+        jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    return o;
+}
+
+/* Adds key: a reference to v (not a copy) to o. */
+static void add_ref(struct jc *c, cJSON *o, const char *key, const cJSON *v)
+{
+    if (!cJSON_AddItemReferenceToObject(o, key, (cJSON *)v)) jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+}
+
+/* {"allOf": [x, y]} as an item of o under key (or of the array o when key is NULL). */
+static void add_allof(struct jc *c, cJSON *o, const char *key, const cJSON *x, const cJSON *y)
+{
+    cJSON *w = cJSON_CreateObject(), *l = cJSON_AddArrayToObject(w, "allOf");
+    if (!w || !l || !cJSON_AddItemReferenceToArray(l, (cJSON *)x) || !cJSON_AddItemReferenceToArray(l, (cJSON *)y) ||
+        !(key ? cJSON_AddItemToObject(o, key, w) : cJSON_AddItemToArray(o, w))) {
+        cJSON_Delete(w);
+        jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+    }
+}
+
+/* Whether every property name of a is one of b's. */
+static bool names_within(const cJSON *a, const cJSON *b)
+{
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(a, "properties");
+    const cJSON *pb = cJSON_GetObjectItemCaseSensitive(b, "properties");
+    for (const cJSON *p = pa ? pa->child : NULL; p; p = p->next)
+        if (!pb || !cJSON_GetObjectItemCaseSensitive(pb, p->string)) return false;
+    return true;
+}
+
+/* The type names of both sides' "type" that agree (number and integer: integer). */
+static void merge_type(struct jc *c, cJSON *dst, const cJSON *x, const cJSON *y)
+{
+    static const char *names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
+    cJSON wx = {.child = (cJSON *)x, .string = "type"}, wy = {.child = (cJSON *)y, .string = "type"};
+    wx.type = wy.type = cJSON_Object;
+    unsigned t = schema_types(c, &wx) & schema_types(c, &wy);
+    if (t & T_NUM) t &= ~(unsigned)T_INT; /* number already admits the integers */
+    cJSON *l = cJSON_AddArrayToObject(dst, "type");
+    for (int i = 0; l && i < 7; i++)
+        if ((t >> i) & 1) cJSON_AddItemToArray(l, cJSON_CreateString(names[i]));
+    if (!l) jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+}
+
+/* Both sides hold keyword k (values x, y): their conjunction into dst. */
+static void merge_keyword(struct jc *c, cJSON *dst, const char *k, const cJSON *x, const cJSON *y)
+{
+    if (kw_kind(k) == KW_ANNOT || kw_kind(k) == KW_ID) return add_ref(c, dst, k, x);
+    if (!strcmp(k, "type")) return merge_type(c, dst, x, y);
+    if (!strcmp(k, "items") || !strcmp(k, "additionalProperties")) return add_allof(c, dst, k, x, y);
+    bool lower = !strcmp(k, "minimum") || !strcmp(k, "exclusiveMinimum") || !strcmp(k, "minLength") ||
+                 !strcmp(k, "minItems");
+    bool upper = !strcmp(k, "maximum") || !strcmp(k, "exclusiveMaximum") || !strcmp(k, "maxLength") ||
+                 !strcmp(k, "maxItems");
+    if ((lower || upper) && cJSON_IsNumber(x) && cJSON_IsNumber(y))
+        return add_ref(c, dst, k, (x->valuedouble > y->valuedouble) == lower ? x : y);
+    if ((!strcmp(k, "format") || !strcmp(k, "pattern")) && cJSON_IsString(x) && cJSON_IsString(y) &&
+        !strcmp(x->valuestring, y->valuestring))
+        return add_ref(c, dst, k, x);
+    if (!strcmp(k, "required") && cJSON_IsArray(x) && cJSON_IsArray(y)) {
+        cJSON *l = cJSON_AddArrayToObject(dst, k);
+        for (const cJSON *v = x->child; l && v; v = v->next) cJSON_AddItemReferenceToArray(l, (cJSON *)v);
+        for (const cJSON *v = y->child; l && v; v = v->next) cJSON_AddItemReferenceToArray(l, (cJSON *)v);
+        return;
+    }
+    if (!strcmp(k, "properties") && cJSON_IsObject(x) && cJSON_IsObject(y)) {
+        cJSON *o = cJSON_AddObjectToObject(dst, k);
+        for (const cJSON *p = x->child; o && p; p = p->next) {
+            const cJSON *q = cJSON_GetObjectItemCaseSensitive(y, p->string);
+            if (q) add_allof(c, o, p->string, p, q);
+            else add_ref(c, o, p->string, p);
+        }
+        for (const cJSON *q = y->child; o && q; q = q->next)
+            if (!cJSON_GetObjectItemCaseSensitive(x, q->string)) add_ref(c, o, q->string, q);
+        return;
+    }
+    jc_fail(c, ATTND_ERR_UNSUPPORTED, "allOf: \"%s\" in more than one branch is not supported", k);
+}
+
+static const cJSON *merge2(struct jc *c, const cJSON *a, const cJSON *b);
+
+/* x and anyOf [branches]: anyOf [x and each branch]. */
+static const cJSON *distribute(struct jc *c, const cJSON *x, const cJSON *any)
+{
+    cJSON *o = owned_object(c), *l = o ? cJSON_AddArrayToObject(o, "anyOf") : NULL;
+    if (!l) return NULL;
+    int n = 0;
+    for (const cJSON *br = any->child; br && c->st == ATTND_OK; br = br->next) {
+        if (++n > JSG_MAX_BRANCHES)
+            return jc_fail(c, ATTND_ERR_RANGE, "more than %d anyOf branches after merging", JSG_MAX_BRANCHES), NULL;
+        const cJSON *m = merge2(c, x, br);
+        if (m && !cJSON_AddItemReferenceToArray(l, (cJSON *)m)) jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+    }
+    return c->st == ATTND_OK ? o : NULL;
+}
+
+/* The conjunction of two normalized schemas (no $ref, no allOf; an anyOf only alone). */
+static const cJSON *merge2(struct jc *c, const cJSON *a, const cJSON *b)
+{
+    if (!a || !b || c->st != ATTND_OK) return NULL;
+    if (cJSON_IsTrue(a) || cJSON_IsFalse(b)) return b;
+    if (cJSON_IsTrue(b) || cJSON_IsFalse(a)) return a;
+    const cJSON *any_a = cJSON_GetObjectItemCaseSensitive(a, "anyOf");
+    const cJSON *any_b = cJSON_GetObjectItemCaseSensitive(b, "anyOf");
+    if (any_a) return distribute(c, b, any_a);
+    if (any_b) return distribute(c, a, any_b);
+    bool add_a = cJSON_GetObjectItemCaseSensitive(a, "additionalProperties") != NULL;
+    bool add_b = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties") != NULL;
+    if ((add_a && !names_within(b, a)) || (add_b && !names_within(a, b)))
+        return jc_fail(c, ATTND_ERR_UNSUPPORTED,
+                       "allOf: \"additionalProperties\" in one branch and other property names in another is not "
+                       "supported"), NULL;
+    cJSON *o = owned_object(c);
+    for (const cJSON *k = a->child; o && k && c->st == ATTND_OK; k = k->next) {
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, k->string);
+        if (y) merge_keyword(c, o, k->string, k, y);
+        else if (kw_kind(k->string) != KW_ID) add_ref(c, o, k->string, k);
+    }
+    for (const cJSON *k = b->child; o && k && c->st == ATTND_OK; k = k->next)
+        if (!cJSON_GetObjectItemCaseSensitive(a, k->string) && kw_kind(k->string) != KW_ID) add_ref(c, o, k->string, k);
+    return c->st == ATTND_OK ? o : NULL;
+}
+
+/* node without the keywords that normalize resolves. */
+static const cJSON *strip(struct jc *c, const cJSON *node)
+{
+    static const char *drop[] = {"$ref", "allOf", "anyOf", "oneOf", "$id"};
+    cJSON *o = owned_object(c);
+    for (const cJSON *k = node->child; o && k; k = k->next) {
+        bool keep = true;
+        for (int i = 0; i < 5; i++) keep &= strcmp(k->string, drop[i]) != 0;
+        if (keep) add_ref(c, o, k->string, k);
+    }
+    return o;
+}
+
+/* node as one schema without $ref and allOf, and with an anyOf only on its own. */
+static const cJSON *normalize(struct jc *c, const cJSON *node, int depth)
+{
+    if (!cJSON_IsObject(node)) return node;
+    if (depth > JSG_MAX_MERGE)
+        return jc_fail(c, ATTND_ERR_RANGE, "$ref/allOf nested deeper than %d while merging (a cycle?)", JSG_MAX_MERGE),
+               NULL;
+    check_keywords(c, node);
+    if (c->st != ATTND_OK) return NULL;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(node, "$ref");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(node, "allOf");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(node, "anyOf");
+    if (!any) any = cJSON_GetObjectItemCaseSensitive(node, "oneOf");
+    if (any && cJSON_GetObjectItemCaseSensitive(node, "anyOf") && cJSON_GetObjectItemCaseSensitive(node, "oneOf"))
+        return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"anyOf\" together with \"oneOf\" is not supported"), NULL;
+    if ((all && (!cJSON_IsArray(all) || !all->child)) || (any && (!cJSON_IsArray(any) || !any->child)))
+        return jc_fail(c, ATTND_ERR_INVALID, "allOf/anyOf/oneOf must be non-empty arrays"), NULL;
+    if (ref && !cJSON_IsString(ref)) return jc_fail(c, ATTND_ERR_INVALID, "\"$ref\" must be a string"), NULL;
+    const cJSON *acc = strip(c, node);
+    if (ref) acc = merge2(c, acc, normalize(c, resolve_ref(c, ref->valuestring), depth + 1));
+    for (const cJSON *s = all ? all->child : NULL; s && acc; s = s->next) acc = merge2(c, acc, normalize(c, s, depth + 1));
+    if (any && acc) {
+        cJSON *o = owned_object(c), *l = o ? cJSON_AddArrayToObject(o, "anyOf") : NULL;
+        for (const cJSON *s = any->child; l && s; s = s->next) {
+            const cJSON *n = normalize(c, s, depth + 1);
+            if (n && !cJSON_AddItemReferenceToArray(l, (cJSON *)n)) jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
+        }
+        acc = merge2(c, acc, o);
+    }
+    return c->st == ATTND_OK ? acc : NULL;
+}
+
 /* ---- one subschema ---- */
 
 /* The branches of the types node allows, each held to its keywords. */
@@ -630,6 +819,14 @@ static void body_of(struct jc *c, const cJSON *node, unsigned self, struct rxg_b
     unsigned kinds = check_keywords(c, node);
     if (c->st != ATTND_OK) return;
     unsigned asserts = kinds & ~((1u << KW_ANNOT) | (1u << KW_ID));
+    unsigned ref_any = (1u << KW_REF) | (1u << KW_ANY);
+    if ((kinds & (1u << KW_ALL)) || ((kinds & ref_any) && (asserts & ~ref_any)) ||
+        ((kinds & (1u << KW_REF)) && (kinds & (1u << KW_ANY)))) {
+        const cJSON *flat = normalize(c, node, 0);
+        if (!flat || c->st != ATTND_OK) return;
+        if (cJSON_IsBool(flat)) return rxg_puts(b, cJSON_IsTrue(flat) ? "value" : "nothing");
+        return body_of(c, flat, self, b);
+    }
     if (kinds & (1u << KW_REF)) {
         if (asserts & ~(1u << KW_REF))
             return jc_fail(c, ATTND_ERR_UNSUPPORTED, "\"$ref\" together with \"%s\" is not supported",
@@ -731,12 +928,14 @@ attnd_status jsg_to_gbnf(const char *schema, size_t len, char **gbnf, char *err,
         return c.st;
     }
     c.root = root;
-    unsigned id = compile(&c, root);
+    c.owned = cJSON_CreateArray();
+    unsigned id = c.owned ? compile(&c, root) : (jc_fail(&c, ATTND_ERR_NOMEM, "out of memory"), 0);
     if (c.st == ATTND_OK) {
         rxg_printf(&c.rules, "root ::= s%u\n", id);
         rxg_put(&c.rules, COMMON, sizeof COMMON - 1);
         if (c.rules.oom) jc_fail(&c, ATTND_ERR_NOMEM, "out of memory");
     }
+    cJSON_Delete(c.owned);
     cJSON_Delete(root);
     free(c.memo);
     if (c.st != ATTND_OK) {

@@ -64,6 +64,20 @@ static void test_accepts(void)
     check("{\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
           L("{\"a\": 1, \"b\": true}", "{\"ab\": false}", "{\"a\": 1}", "[1]", "\"s\"", "{}"),
           L("{\"a\": true}", "{\"b\": 1}"));
+    /* merging: pydantic-v1 style allOf around a $ref, type next to anyOf, $ref next to keywords */
+    check("{\"definitions\":{\"Pet\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\"}},"
+          "\"required\":[\"n\"],\"additionalProperties\":false}},\"type\":\"object\",\"properties\":{\"pet\":"
+          "{\"allOf\":[{\"$ref\":\"#/definitions/Pet\"}],\"description\":\"the pet\"}},\"required\":[\"pet\"],"
+          "\"additionalProperties\":false}",
+          L("{\"pet\": {\"n\": \"Rex\"}}"), L("{\"pet\": {}}", "{\"pet\": {\"n\": 1}}", "{}"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+          "\"additionalProperties\":false,\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+          L("{\"a\": 1}", "{\"b\": 2}", "{\"a\": 1, \"b\": 2}"), L("{}", "[]", "{\"a\": \"x\"}"));
+    check("{\"$defs\":{\"s\":{\"type\":[\"string\",\"integer\"]}},\"$ref\":\"#/$defs/s\",\"type\":\"string\","
+          "\"maxLength\":2}",
+          L("\"ab\""), L("\"abc\"", "1"));
+    check("{\"allOf\":[{\"type\":\"integer\",\"minimum\":2},{\"maximum\":5},{\"minimum\":3}]}",
+          L("3", "5"), L("2", "6", "4.5"));
     check("{\"type\":\"object\",\"required\":[\"k\"]}", L("{\"k\": [1, {}]}", "{\"k\": 1, \"z\": 2}"), L("{\"z\": 2}"));
 }
 
@@ -76,7 +90,7 @@ static void test_refusals(void)
     } cases[] = {
         {"{\"type\":\"string\",\"minLength\":2,\"pattern\":\"a\"}", "\"pattern\" together with minLength", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"object\",\"patternProperties\":{}}", "keyword \"patternProperties\" is not supported", ATTND_ERR_UNSUPPORTED},
-        {"{\"allOf\":[{}]}", "keyword \"allOf\"", ATTND_ERR_UNSUPPORTED},
+        {"{\"not\":{}}", "keyword \"not\"", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"number\",\"minimum\":1.5}", "\"minimum\": 1.5 on a number", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"format\":\"email\"}", "\"format\": \"email\" is not supported", ATTND_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "escape \\1", ATTND_ERR_UNSUPPORTED},
@@ -89,6 +103,11 @@ static void test_refusals(void)
         {"{\"type\":", "not valid JSON", ATTND_ERR_INVALID},
         {"{\"type\":\"array\",\"minItems\":5000}", "\"minItems\" over", ATTND_ERR_RANGE},
         {"false", "no JSON value satisfies", ATTND_ERR_INVALID},
+        {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "allOf: \"pattern\" in more than one branch", ATTND_ERR_UNSUPPORTED},
+        {"{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":false},{\"properties\":{\"b\":{}}}]}",
+         "\"additionalProperties\" in one branch", ATTND_ERR_UNSUPPORTED},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\",\"type\":\"object\"}},\"$ref\":\"#/$defs/a\"}", "while merging", ATTND_ERR_RANGE},
+        {"{\"type\":\"string\",\"allOf\":[{\"type\":\"integer\"}]}", "no JSON value satisfies", ATTND_ERR_INVALID},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[512] = "";
