@@ -412,6 +412,7 @@ struct special {
     int id;
     const char *p;
     size_t n;
+    bool always; /* user-defined: the tokenizer finds it even with special-token parsing off */
 };
 
 /* The vocabulary's control / user-defined / unknown token texts, sorted by first byte and then
@@ -442,7 +443,7 @@ static attnd_status collect_specials(const struct tokenizer *tok, struct special
             size_t len = 0;
             const char *p = tok_piece(tok, id, &len);
             if (!p || !len) continue;
-            if (pass) s->v[k] = (struct special){id, p, len};
+            if (pass) s->v[k] = (struct special){id, p, len, ty == TOK_TYPE_USER_DEFINED};
             k++;
         }
         if (pass) break;
@@ -459,13 +460,15 @@ static attnd_status collect_specials(const struct tokenizer *tok, struct special
     return ATTND_OK;
 }
 
-/* The special token whose text starts p[0..avail) (longest), or -1; *len its length. */
-static int special_at(const struct specials *s, const char *p, size_t avail, size_t *len)
+/* The special token whose text starts p[0..avail) (longest), or -1; *len its length, *always
+ * (may be NULL) whether it is user-defined. */
+static int special_at(const struct specials *s, const char *p, size_t avail, size_t *len, bool *always)
 {
     unsigned char b = (unsigned char)p[0];
     for (size_t i = s->first[b]; i < s->first[b + 1]; i++)
         if (s->v[i].n <= avail && !memcmp(s->v[i].p, p, s->v[i].n)) {
             *len = s->v[i].n;
+            if (always) *always = s->v[i].always;
             return s->v[i].id;
         }
     return -1;
@@ -513,17 +516,19 @@ static const char *piece_text(const struct tokenizer *tok, int id, char *buf, si
     return buf;
 }
 
-/* Whether a special token text, matched left to right as the tokenizer would, overlaps a data span. */
+/* Whether a control token text, matched left to right as the tokenizer would, overlaps a data
+ * span. (User-defined tokens are found in any text, by the reference too: they do not count.) */
 static bool forged(const struct specials *sp, const struct chat_prompt *p)
 {
     size_t ds = 0, len = 0;
+    bool always = false;
     for (size_t i = 0; i < p->len;) {
-        if (special_at(sp, p->text + i, p->len - i, &len) < 0) {
+        if (special_at(sp, p->text + i, p->len - i, &len, &always) < 0) {
             i++;
             continue;
         }
         while (ds < p->n_data && p->data[ds].off + p->data[ds].len <= i) ds++;
-        if (ds < p->n_data && p->data[ds].off < i + len) return true;
+        if (!always && ds < p->n_data && p->data[ds].off < i + len) return true;
         i += len;
     }
     return false;
@@ -542,7 +547,7 @@ static attnd_status encode_split(const struct tokenizer *tok, const struct speci
             continue;
         }
         size_t limit = ds < p->n_data ? p->data[ds].off : p->len, len = 0;
-        int id = special_at(sp, p->text + i, limit - i, &len);
+        int id = special_at(sp, p->text + i, limit - i, &len, NULL);
         if (id < 0) {
             i++;
             continue;
