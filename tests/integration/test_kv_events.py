@@ -53,9 +53,9 @@ def block_hash(parent, tokens):
     return mix64(h ^ BLOCK)
 
 
-def chain(ids):
-    """Hashes of the full blocks of ids, in order."""
-    out, h = [], ROOT
+def chain(ids, root=ROOT):
+    """Hashes of the full blocks of ids, in order, the first one's parent root."""
+    out, h = [], root
     for b in range(len(ids) // BLOCK):
         h = block_hash(h, ids[b * BLOCK:(b + 1) * BLOCK])
         out.append(h)
@@ -141,9 +141,22 @@ def free_port():
 
 
 # ---- the workload ------------------------------------------------------------------------------
-def gen(d, ids, n):
-    r = d.generate(prompt=ids, max_tokens=n, temperature=0, ignore_eos=True)
+def gen(d, ids, n, **kw):
+    r = d.generate(prompt=ids, max_tokens=n, temperature=0, ignore_eos=True, **kw)
     return ids + r["tokens"]
+
+
+IV = [{"kind": "head_scale", "layer": 0, "head": 1, "scale": 0.5}]
+
+
+def keyed_phase(d, rng, seqs):
+    """One prompt plain, then twice under interventions: their blocks chain from another root
+    (docs/GATEWAY.md), sent as a non-nil parent of the first block. Returns the prompt."""
+    ids = [rng.randrange(3, 512) for _ in range(40)]
+    seqs.append(gen(d, ids, 8))
+    for _ in range(2):
+        seqs.append(gen(d, ids, 8, interventions=IV))
+    return ids
 
 
 def shared_prefix_phase(d, rng, seqs):
@@ -173,9 +186,13 @@ def long_phase(d, rng, seqs, n=4):
 def check_hashes(batches, seqs):
     """Every stored block's hash from its tokens and parent (documented scheme), and every chain
     a run of full blocks of one request's ids."""
+    stored = {h for _, events, _ in batches for ev in events if ev[0] == "BlockStored" for h in ev[1]}
+    roots = {ROOT} | {ev[2] for _, events, _ in batches for ev in events
+                      if ev[0] == "BlockStored" and ev[2] is not None and ev[2] not in stored}
     known = set()
     for s in seqs:
-        known.update(chain(s))
+        for r in roots:
+            known.update(chain(s, r))
     n_blocks = bad = unknown = 0
     for _, events, _ in batches:
         for ev in events:
@@ -190,7 +207,19 @@ def check_hashes(batches, seqs):
     c.check(n_blocks > 0, "no BlockStored events")
     c.check(bad == 0, f"{bad} of {n_blocks} stored blocks' hashes differ from the documented scheme")
     c.check(unknown == 0, f"{unknown} stored blocks are no full block of any request's ids")
-    return n_blocks
+    return n_blocks, roots - {ROOT}
+
+
+def check_keyed(batches, ids, roots):
+    """The keyed prompt's first block was stored twice: once plain (parent nil, the plain
+    chain's hash) and once under the interventions' root (non-nil parent, a different hash)."""
+    firsts = [(ev[2], ev[1][0]) for _, events, _ in batches for ev in events
+              if ev[0] == "BlockStored" and ev[3][:BLOCK] == ids[:BLOCK]]
+    plain = [f for f in firsts if f[0] is None]
+    keyed = [f for f in firsts if f[0] is not None]
+    c.check(plain and plain[0][1] == chain(ids)[0], f"plain first block: {plain}")
+    c.check(len(keyed) == 1 and keyed[0][0] in roots and keyed[0][1] == block_hash(keyed[0][0], ids[:BLOCK])
+            and keyed[0][1] != chain(ids)[0], f"keyed first block stored once under its root: {keyed}")
 
 
 def rebuild(batches):
@@ -248,9 +277,10 @@ def collect(d, ctx, pub, rng, seqs):
     time.sleep(0.3)
     long_phase(d, rng, seqs, 3)
     shared_prefix_phase(d, rng, seqs)
+    keyed = keyed_phase(d, rng, seqs)
     quiet([s2])
     s2.close()
-    return s1, s2
+    return s1, s2, keyed
 
 
 def main():
@@ -263,7 +293,7 @@ def main():
     rng = random.Random(37)
     seqs = []
     try:
-        s1, s2 = collect(d, ctx, pub, rng, seqs)
+        s1, s2, keyed = collect(d, ctx, pub, rng, seqs)
         got = dict(s1.got)
         got.update(s2.got)
         top = max(got)
@@ -280,7 +310,8 @@ def main():
         c.check(all(b[2] == 0 for b in batches), "data_parallel_rank is not 0")
         c.check(all(a[0] <= b[0] for a, b in zip(batches, batches[1:])), "batch timestamps go back")
         c.check(batches[0][1][0] == ["AllBlocksCleared"], f"seq 0 starts with {batches[0][1][:1]}")
-        n_stored = check_hashes(batches, seqs)
+        n_stored, roots = check_hashes(batches, seqs)
+        check_keyed(batches, keyed, roots)
         cached, kinds = rebuild(batches)
         view, j = daemon_view(d)
         c.check(cached == view, f"events say {sum(cached.values())} cached blocks, the daemon {sum(view.values())}: "
