@@ -4,12 +4,16 @@ with `make image` — the Kubernetes Deployment probes /health on port 8080 (sta
 liveness) as a non-root user with the models PVC mounted at /models, sets CPU and memory requests
 and limits, and runs the image `make image` tags; the Service and the HPA point at it;
 docker-compose health-checks /health, runs that image, and passes `docker-compose config` where
-the tool is installed; the InferencePool and InferenceObjective validate against the openAPIV3Schema
-of the Gateway API Inference Extension's CRDs (v1.5.0, $SHARED/crd/), which refuse each of nine
-broken copies (an unknown field, a port out of range, a missing required field, values outside an
-enum...), the pool selects attnd's pods on their port and names the endpoint picker's Service, and
-the picker's configuration maps the model-server protocol to gauges attnd renders; the Dockerfile is multi-stage, installs through deploy/install-deps.sh, runs
-as a non-root user, exposes 8080, has a HEALTHCHECK that asks /health, and its runtime stage
+the tool is installed; the InferencePool and InferenceObjective validate against our JSON Schema of
+the Gateway API Inference Extension v1.5.0 (tests/data/inference-extension-v1.5.0.schema.json),
+which refuses each of twelve broken copies (an unknown field, a port out of range, a missing
+required field, values outside an enum, a bad pattern...) and two that break the API's CEL rules
+and accepts six valid variants; where the project's CRDs are present ($SHARED/crd/, not in CI) the
+resources validate against their openAPIV3Schema too, which must give the same verdicts, and both
+schemas must state the same facets on the same fields; the pool selects attnd's pods on their
+port and names the endpoint picker's Service, and the picker's configuration maps the model-server
+protocol to gauges attnd renders; the Dockerfile is multi-stage, installs through
+deploy/install-deps.sh, runs as a non-root user, exposes 8080, has a HEALTHCHECK that asks /health, and its runtime stage
 installs only the run-time group (no Mesa unless VULKAN_CPU=1); the systemd unit runs
 `attnd serve` and stops it with SIGTERM."""
 import configparser
@@ -133,18 +137,17 @@ if pvc:
           "PVC: storage request and access modes")
 
 # ---- Gateway API Inference Extension: InferencePool, InferenceObjective, the endpoint picker ----
-# The custom resources are validated against the openAPIV3Schema of the project's own CRDs
-# (release v1.5.0, kept as test data under $SHARED/crd/ with their source in a header comment:
-# fetched from github.com/kubernetes-sigs/gateway-api-inference-extension, config/crd/bases/).
+# The custom resources are validated against tests/data/inference-extension-v1.5.0.schema.json, a
+# JSON Schema written for this project from the API's facts at release v1.5.0 (its $comment says
+# which). Where the project's own CRDs are at hand ($SHARED/crd/, fetched from
+# github.com/kubernetes-sigs/gateway-api-inference-extension, config/crd/bases/ at v1.5.0; not
+# committed here, and absent in CI) the resources are validated against their openAPIV3Schema
+# as well, every broken and valid copy below must get the same verdict from both, and the two
+# schemas must state the same facets on the same fields: our schema is checked against the real one.
+OUR_SCHEMA = os.path.join(ROOT, "tests", "data", "inference-extension-v1.5.0.schema.json")
 CRD_FILES = ("inference.networking.k8s.io_inferencepools.yaml", "inference.networking.x-k8s.io_inferenceobjectives.yaml")
 SHARED = os.environ.get("SHARED", os.path.join(ROOT, "..", "shared"))
-
-
-def crd_path(fname):
-    for d in (os.path.join(SHARED, "crd"), os.path.join(ROOT, "tests", "data", "crd")):
-        if os.path.exists(os.path.join(d, fname)):
-            return os.path.join(d, fname)
-    return None
+CRD_DIR = os.path.join(SHARED, "crd")
 
 
 def to_json_schema(node):
@@ -171,12 +174,15 @@ def to_json_schema(node):
 
 
 def load_crd_schemas():
-    """{(apiVersion, kind): JSON Schema} of every version of the CRDs found."""
+    """{(apiVersion, kind): JSON Schema} of every version of the CRDs in $SHARED/crd/; {} when
+    that folder is absent (CI). A folder that holds one CRD and not the other is a failure."""
     schemas = {}
+    if not os.path.isdir(CRD_DIR):
+        return schemas
     for fname in CRD_FILES:
-        path = crd_path(fname)
-        if not check(path is not None, f"CRD {fname} not found under $SHARED/crd/ ({SHARED}) or tests/data/crd/: "
-                     "git show v1.5.0:config/crd/bases/" + fname + " of kubernetes-sigs/gateway-api-inference-extension"):
+        path = os.path.join(CRD_DIR, fname)
+        if not check(os.path.exists(path), f"CRD {fname} not found under {CRD_DIR}: git show "
+                     f"v1.5.0:config/crd/bases/{fname} of kubernetes-sigs/gateway-api-inference-extension"):
             continue
         with open(path) as f:
             crd = yaml.safe_load(f)
@@ -186,14 +192,35 @@ def load_crd_schemas():
     return schemas
 
 
-def schema_errors(schemas, obj):
-    """Validation errors of one manifest (a list of strings; one error if no CRD knows its kind)."""
+def load_our_schema():
+    """tests/data's schema of the two resources (None, and a failure, if it is not a valid one)."""
+    import json
     import jsonschema
+    try:
+        with open(OUR_SCHEMA) as f:
+            schema = json.load(f)
+        jsonschema.Draft7Validator.check_schema(schema)
+    except (OSError, ValueError, jsonschema.SchemaError) as ex:
+        check(False, f"{OUR_SCHEMA}: {ex}")
+        return None
+    check("v1.5.0" in schema.get("$comment", "") and "gateway-api-inference-extension" in schema["$comment"],
+          f"{OUR_SCHEMA}: its $comment must name the API release and source it describes")
+    return schema
+
+
+def validation_errors(schema, obj):
+    """Draft 7 validation errors of obj against schema, as 'path: message' strings."""
+    import jsonschema
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+
+
+def crd_errors(schemas, obj):
+    """Validation errors of one manifest against the CRDs (one error if no CRD knows its kind)."""
     schema = schemas.get((obj.get("apiVersion"), obj.get("kind")))
     if schema is None:
         return [f"no CRD schema for {obj.get('apiVersion')} {obj.get('kind')}"]
-    v = jsonschema.Draft7Validator(schema)
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in v.iter_errors(obj)]
+    return validation_errors(schema, obj)
 
 
 def mutated(obj, path, value=None, delete=False):
@@ -210,19 +237,62 @@ def mutated(obj, path, value=None, delete=False):
     return o
 
 
-def check_inference_schemas():
-    schemas = load_crd_schemas()
-    custom = [d for (kind, _), d in k8s.items() if str(d.get("apiVersion", "")).startswith("inference.networking.")]
-    check(any(d["kind"] == "InferencePool" for d in custom), "deploy/k8s has no InferencePool")
-    for d in custom:
-        errs = schema_errors(schemas, d)
-        check(not errs, f"{d['kind']} {dig(d, 'metadata', 'name')} does not validate against its CRD: {errs}")
-    print(f"CRD schemas: {len(schemas)} (InferencePool, InferenceObjective); {len(custom)} custom resources valid")
-    pool = k8s.get(("InferencePool", "attnd"))
-    obj = next((d for d in custom if d["kind"] == "InferenceObjective"), None)
-    if not pool or not obj or not schemas:
-        return
-    # the validation can fail: each of these broken copies must be refused
+FACETS = ("type", "required", "enum", "default", "format", "minimum", "maximum", "minLength", "maxLength",
+          "pattern", "minItems", "maxItems", "minProperties", "maxProperties")
+
+
+def schema_facets(schema, root, path="", out=None):
+    """{field path: its facets} for every node of a schema: local $refs inlined (a $ref's siblings,
+    e.g. a default, kept), required and enum as sorted lists, minLength 0 dropped (it says nothing),
+    "closed" for additionalProperties false. Keywords outside FACETS (const, uniqueItems, if/then:
+    the CEL rules the CRD leaves to the API server) are not compared."""
+    out = {} if out is None else out
+    while isinstance(schema, dict) and "$ref" in schema:
+        target = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    f = {k: (sorted(v) if k in ("required", "enum") else v) for k, v in schema.items()
+         if k in FACETS and not (k == "minLength" and v == 0)}
+    out[path or "(root)"] = f
+    for name, sub in schema.get("properties", {}).items():
+        schema_facets(sub, root, f"{path}.{name}", out)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        schema_facets(extra, root, f"{path}.*", out)
+    elif extra is False:
+        f["closed"] = True
+    if isinstance(schema.get("items"), dict):
+        schema_facets(schema["items"], root, f"{path}[]", out)
+    return out
+
+
+def compare_with_crds(ours, crds):
+    """Our schema states the same fields, with the same facets, as each CRD's schema."""
+    nodes = facets = 0
+    for (api, kind), crd_schema in sorted(crds.items()):
+        mine = dig(ours, "definitions", kind)
+        if not check(mine is not None and dig(mine, "properties", "apiVersion", "const") == api,
+                     f"{OUR_SCHEMA} has no definition of {api} {kind}"):
+            continue
+        a, b = schema_facets(mine, ours), schema_facets(crd_schema, crd_schema)
+        check(a.keys() == b.keys(), f"{kind}: fields only in our schema {sorted(a.keys() - b.keys())}, "
+              f"only in the CRD {sorted(b.keys() - a.keys())}")
+        for p in sorted(a.keys() & b.keys()):
+            nodes += 1
+            facets += len(b[p])
+            check(a[p] == b[p], f"{kind} {p}: our schema says {a[p]}, the CRD says {b[p]}")
+    print(f"our schema vs the CRDs: {nodes} fields, {facets} facets compared")
+
+
+def schema_cases(pool, obj):
+    """(broken copies both schemas must refuse, CEL-rule breaks only ours can see, valid copies)."""
+    import copy
+    cond = {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    status = {"parents": [{"parentRef": {"name": "gw", "namespace": "default"}, "controllerName": "example.com/gw",
+                           "conditions": [cond]}]}
+    no_kind = copy.deepcopy(pool)
+    dig(no_kind, "spec", "endpointPickerRef").pop("kind", None)
     broken = [("unknown field spec.targetPort (a typo of targetPorts)", mutated(pool, ["spec", "targetPort"], [{"number": 8080}])),
               ("port number 70000 > 65535", mutated(pool, ["spec", "targetPorts", 0, "number"], 70000)),
               ("no selector (required)", mutated(pool, ["spec", "selector"], delete=True)),
@@ -231,14 +301,63 @@ def check_inference_schemas():
               ("a label value with a space", mutated(pool, ["spec", "selector", "matchLabels", "app.kubernetes.io/name"], "at tnd")),
               ("appProtocol grpc (not in the enum)", mutated(pool, ["spec", "appProtocol"], "grpc")),
               ("InferenceObjective priority as a string", mutated(obj, ["spec", "priority"], "high")),
-              ("InferenceObjective without poolRef", mutated(obj, ["spec", "poolRef"], delete=True))]
-    refused = 0
-    for what, bad in broken:
-        errs = schema_errors(schemas, bad)
-        refused += bool(errs)
-        check(errs, f"the CRD schema accepted a broken manifest: {what}")
-    print(f"CRD schemas refuse {refused} of {len(broken)} broken manifests, e.g. "
-          f"{schema_errors(schemas, broken[0][1])[:1]}")
+              ("InferenceObjective without poolRef", mutated(obj, ["spec", "poolRef"], delete=True)),
+              ("empty matchLabels (minProperties 1)", mutated(pool, ["spec", "selector", "matchLabels"], {})),
+              ("poolRef kind 9Pool (Kind pattern)", mutated(obj, ["spec", "poolRef", "kind"], "9Pool")),
+              ("a status condition Maybe (not in the enum)",
+               mutated(pool, ["status"], {"parents": [{**status["parents"][0], "conditions": [{**cond, "status": "Maybe"}]}]}))]
+    cel = [("two target ports 8080 (port numbers unique)", mutated(pool, ["spec", "targetPorts"], [{"number": 8080}] * 2)),
+           ("endpointPickerRef of kind Service (the default) without a port",
+            mutated(no_kind, ["spec", "endpointPickerRef", "port"], delete=True))]
+    valid = [("appProtocol kubernetes.io/h2c, failureMode FailClose",
+              mutated(mutated(pool, ["spec", "appProtocol"], "kubernetes.io/h2c"), ["spec", "endpointPickerRef", "failureMode"], "FailClose")),
+             ("8 distinct target ports", mutated(pool, ["spec", "targetPorts"], [{"number": 8000 + i} for i in range(8)])),
+             ("endpointPickerRef group \"\" and kind Service spelled out",
+              mutated(pool, ["spec", "endpointPickerRef"], {**pool["spec"]["endpointPickerRef"], "group": "", "kind": "Service"})),
+             ("endpointPickerRef of another kind without a port",
+              mutated(pool, ["spec", "endpointPickerRef"], {"group": "example.com", "kind": "Picker", "name": "p"})),
+             ("an InferencePool with a status", mutated(pool, ["status"], status)),
+             ("an InferenceObjective without priority, with a status",
+              mutated(mutated(obj, ["spec", "priority"], delete=True), ["status"], {"conditions": [{**cond, "type": "Ready"}]}))]
+    return broken, cel, valid
+
+
+def check_inference_schemas():
+    ours, crds = load_our_schema(), load_crd_schemas()
+    custom = [d for (kind, _), d in k8s.items() if str(d.get("apiVersion", "")).startswith("inference.networking.")]
+    check(any(d["kind"] == "InferencePool" for d in custom), "deploy/k8s has no InferencePool")
+    judges = ([("tests/data schema", lambda o: validation_errors(ours, o))] if ours else []) + \
+             ([("CRD", lambda o: crd_errors(crds, o))] if crds else [])
+    for d in custom:
+        for judge, errors in judges:
+            errs = errors(d)
+            check(not errs, f"{d['kind']} {dig(d, 'metadata', 'name')} does not validate against the {judge}: {errs}")
+    print(f"{len(custom)} custom resources validated against: {', '.join(j for j, _ in judges) or 'nothing'}"
+          + ("" if crds else f" (no CRDs in {CRD_DIR}: our schema is not compared with them here)"))
+    pool = k8s.get(("InferencePool", "attnd"))
+    obj = next((d for d in custom if d["kind"] == "InferenceObjective"), None)
+    if not pool or not obj or not ours:
+        return
+    broken, cel, valid = schema_cases(pool, obj)
+    counts = {}
+    for judge, errors in judges:
+        for group, cases, want_refused in (("broken", broken, True), ("valid", valid, False)):
+            for what, case in cases:
+                ok = bool(errors(case)) == want_refused
+                counts[(judge, group)] = counts.get((judge, group), 0) + ok
+                check(ok, f"the {judge} {'accepted a broken' if want_refused else 'refused a valid'} manifest: {what}"
+                      + ("" if want_refused else f": {errors(case)}"))
+    for what, case in cel:
+        ok = bool(validation_errors(ours, case))
+        counts[("tests/data schema", "cel")] = counts.get(("tests/data schema", "cel"), 0) + ok
+        check(ok, f"the tests/data schema accepted a manifest the API server's CEL rule refuses: {what}")
+    for judge, _ in judges:
+        print(f"{judge}: refuses {counts.get((judge, 'broken'), 0)} of {len(broken)} broken copies, accepts "
+              f"{counts.get((judge, 'valid'), 0)} of {len(valid)} valid ones")
+    print(f"tests/data schema: refuses {counts.get(('tests/data schema', 'cel'), 0)} of {len(cel)} CEL-rule breaks; e.g. "
+          f"{validation_errors(ours, broken[0][1])[:1]}")
+    if crds:
+        compare_with_crds(ours, crds)
 
 
 def check_inference_wiring():
