@@ -195,6 +195,10 @@ int main(void)
     printf("schema compile: median %.3f ms (21 runs); vocabulary trie: %.1f ms (once per tokenizer)\n",
            bench_median(comp, 21), trie_ms);
     printf("goals: mask <= 1.5 ms per step, <= 0.75 ms inside strings; compile <= 50 ms\n");
+    FILE *la = fopen("/proc/loadavg", "r");
+    double load = 0;
+    if (la && fscanf(la, "%lf", &load) == 1) printf("(wall-clock times; load average %.1f at the end of the run)\n", load);
+    if (la) fclose(la);
     free(ids);
     gmask_vocab_destroy(v);
     gram_destroy(g);

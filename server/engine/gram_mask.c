@@ -19,6 +19,7 @@ struct tnode {
     uint8_t byte;
     uint8_t plain;      /* every token below continues, after this node, with whole "plain"
                            characters only (gmatch_plain_loop) */
+    uint8_t plain_path; /* the bytes from the root to here are whole plain characters */
 };
 
 struct gmask_vocab {
@@ -31,6 +32,7 @@ struct gmask_vocab {
     size_t n_sorted;
     struct tnode *nodes;
     size_t n_nodes;
+    uint64_t *plain_bits; /* (words) the tokens made of whole plain characters only */
     int32_t *eog;      /* end-of-generation ids */
     size_t n_eog;
     size_t max_depth;
@@ -120,6 +122,20 @@ static void plain_suffixes(const uint8_t *b, size_t len, uint8_t *p)
     }
 }
 
+/* p[d] = 1 when b[0..d) is a sequence of whole plain characters, for d in [0, len]. */
+static void plain_prefixes(const uint8_t *b, size_t len, uint8_t *p)
+{
+    memset(p, 0, len + 1);
+    p[0] = 1;
+    for (size_t d = 0; d < len && p[d];) {
+        size_t k = utf8_seq_len((const char *)b + d, len - d);
+        uint32_t cp = k ? utf8_decode((const char *)b + d, k) : 0;
+        if (!k || cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7f) break;
+        d += k;
+        p[d] = 1;
+    }
+}
+
 /* Builds the depth-first node array from the sorted ids. */
 static attnd_status build_trie(struct gmask_vocab *v)
 {
@@ -127,8 +143,9 @@ static attnd_status build_trie(struct gmask_vocab *v)
     for (size_t i = 0; i < v->n_sorted; i++) cap += v->off[v->sorted[i] + 1] - v->off[v->sorted[i]];
     v->nodes = malloc((cap ? cap : 1) * sizeof *v->nodes);
     size_t *path = malloc((v->max_depth + 1) * sizeof *path); /* node index at each depth */
-    uint8_t *plain = malloc(v->max_depth + 1);
-    if (!v->nodes || !path || !plain) {
+    uint8_t *plain = malloc(2 * (v->max_depth + 1)), *pre = plain + v->max_depth + 1;
+    v->plain_bits = calloc(v->words, sizeof *v->plain_bits);
+    if (!v->nodes || !path || !plain || !v->plain_bits) {
         free(path);
         free(plain);
         return ATTND_ERR_NOMEM;
@@ -140,12 +157,14 @@ static attnd_status build_trie(struct gmask_vocab *v)
         size_t len = v->off[id + 1] - v->off[id];
         size_t keep = i ? lcp(v, v->sorted[i - 1], id) : 0;
         while (depth > keep) v->nodes[path[depth--]].end = (uint32_t)v->n_nodes;
+        plain_prefixes(b, len, pre);
         for (; depth < len; depth++) {
-            v->nodes[v->n_nodes] = (struct tnode){0, (uint32_t)i, 0, (uint16_t)(depth + 1), b[depth], 1};
+            v->nodes[v->n_nodes] = (struct tnode){0, (uint32_t)i, 0, (uint16_t)(depth + 1), b[depth], 1, pre[depth + 1]};
             path[depth + 1] = v->n_nodes++;
         }
         v->nodes[path[len]].n_tok++;
         plain_suffixes(b, len, plain);
+        if (plain[0]) v->plain_bits[id >> 6] |= 1ull << (id & 63);
         for (size_t d = 1; d <= len; d++) v->nodes[path[d]].plain &= plain[d];
     }
     while (depth > 0) v->nodes[path[depth--]].end = (uint32_t)v->n_nodes;
@@ -195,6 +214,7 @@ void gmask_vocab_destroy(struct gmask_vocab *v)
     free(v->usable);
     free(v->sorted);
     free(v->nodes);
+    free(v->plain_bits);
     free(v->eog);
     free(v);
 }
@@ -242,6 +262,10 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
     }
     state[0] = gmatch_state(m);
     rows[0] = gmatch_row(m, state[0]);
+    /* from a state that loops on plain characters, every all-plain token is allowed: set them at
+     * once, and skip the subtrees that hold only such tokens */
+    bool plain_start = rows[0] && gmatch_plain_loop(m, state[0]);
+    if (plain_start) memcpy(mask, v->plain_bits, v->words * sizeof *mask);
     if (!rows[0]) {
         st = ATTND_ERR_NOMEM;
         goto out;
@@ -252,7 +276,7 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
         unsigned d = n->depth;
         int32_t t = rows[d - 1][n->byte];
         if (t == GMATCH_UNKNOWN) t = gmatch_next(m, state[d - 1], n->byte);
-        if (t < 0) {
+        if (t < 0 || (plain_start && t == state[0] && n->plain && n->plain_path)) {
             i = n->end;
             continue;
         }
@@ -260,7 +284,6 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
             /* every token below reads whole plain characters from a state that loops on them */
             uint32_t last = n->end < v->n_nodes ? nodes[n->end].tok_begin : (uint32_t)v->n_sorted;
             for (uint32_t k = n->tok_begin; k < last; k++) mask[v->sorted[k] >> 6] |= 1ull << (v->sorted[k] & 63);
-            count += last - n->tok_begin;
             i = n->end;
             continue;
         }
@@ -268,7 +291,6 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
             int32_t id = v->sorted[n->tok_begin + k];
             mask[id >> 6] |= 1ull << (id & 63);
         }
-        count += n->n_tok;
         if (n->end > i + 1) {
             state[d] = t;
             if (!(rows[d] = gmatch_row(m, t))) {
@@ -280,9 +302,9 @@ attnd_status gmask_fill(const struct gmask_vocab *v, struct gmatch *m, uint64_t 
     }
     if (gmatch_accepts_end(m)) {
         for (size_t k = 0; k < v->n_eog; k++) mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-        count += v->n_eog;
     }
     if (gmatch_failed(m)) st = ATTND_ERR_RANGE;
+    for (size_t w = 0; w < v->words; w++) count += (size_t)__builtin_popcountll(mask[w]);
 out:
     free(state);
     free(rows);
