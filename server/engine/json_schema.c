@@ -561,7 +561,8 @@ static void object_body(struct jc *c, const cJSON *node, unsigned self, struct r
     if (add && !cJSON_IsObject(add) && !cJSON_IsBool(add))
         return jc_fail(c, ATTND_ERR_INVALID, "\"additionalProperties\" must be a schema or a boolean");
     size_t cap = (size_t)cJSON_GetArraySize(props) + (size_t)cJSON_GetArraySize(req), n_req = 0;
-    if (cap > JSG_MAX_PROPS) return jc_fail(c, ATTND_ERR_RANGE, "more than %d properties in one object", JSG_MAX_PROPS);
+    if (cJSON_GetArraySize(props) > JSG_MAX_PROPS || cJSON_GetArraySize(req) > JSG_MAX_PROPS)
+        return jc_fail(c, ATTND_ERR_RANGE, "more than %d properties in one object", JSG_MAX_PROPS);
     struct prop *v = calloc(cap ? cap : 1, sizeof *v);
     struct rxg_buf addkv = {0};
     if (!v) return jc_fail(c, ATTND_ERR_NOMEM, "out of memory");
