@@ -17,6 +17,8 @@ struct http_config {
                                  open flag: /health and the playground's files) needs "Bearer KEY" */
     const char *api_keys_file; /* if not NULL: one "name:key" per line, a tenant each (server/api/tenant.h);
                                   not with api_key. Neither: single-user */
+    size_t response_budget_mib; /* MiB of /attention and /logit_lens answers in flight (being computed or
+                                   not yet sent), all clients together; past it: 503 + Retry-After */
     int max_connections;      /* concurrent connections (each holds one thread) */
     int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
     int timeout_ms;           /* a connection with no bytes in either direction for this long is closed

@@ -50,6 +50,7 @@ struct http_server {
     struct metrics *metrics;
     struct api_history *history; /* finished requests (history.h; its own lock) */
     atomic_int state;       /* enum api_state */
+    atomic_size_t answer_bytes; /* /attention and /logit_lens answers in flight (lookup.h), of cfg.response_budget_mib */
 
     /* The engine. Readers (HTTP threads calling sched_*) hold engine_lock for reading;
      * http_detach_engine() takes it for writing and clears the pointers. */

@@ -131,6 +131,22 @@ static void write_answer(struct api_buf *b, const struct attn_query *q, const st
     api_buf_puts(b, "}\n");
 }
 
+/* An upper bound of the answer's JSON: 16 bytes a number ("%.9g" and a comma), each token's
+ * id and text, the brackets. */
+static size_t json_bound(const struct attn_query *q, const struct api_lookup *lk)
+{
+    const size_t n = lk->n, cells = n * (n + 1) / 2 + (q->values ? 2 * n * (size_t)lk->hp.head_dim : 0);
+    return cells * 16 + n * (3 + 12 + 64) + 1024;
+}
+
+/* What computing and answering holds at once (lookup.h's budget): the floats, the token texts
+ * and the JSON. */
+static size_t answer_bound(const struct attn_query *q, const struct api_lookup *lk)
+{
+    const size_t n = lk->n, cells = n * (n + 1) / 2 + (q->values ? 2 * n * (size_t)lk->hp.head_dim : 0);
+    return cells * sizeof(float) + n * 64 + json_bound(q, lk);
+}
+
 enum MHD_Result api_attention(struct api_conn *c)
 {
     struct attn_query q;
@@ -147,12 +163,23 @@ enum MHD_Result api_attention(struct api_conn *c)
         api_lookup_free(&lk);
         return api_error(c, 404, "request %s has no tokens", lk.name);
     }
+    const size_t held = answer_bound(&q, &lk);
+    if (!api_lookup_reserve(c, held, &ret)) {
+        api_lookup_free(&lk);
+        return ret;
+    }
     struct attn_result res = {0};
     const char *why = NULL;
+    /* the JSON's room taken at once: grown by doubling it would leave a trail of freed blocks in
+     * this thread's malloc arena, memory the process keeps and the budget does not see */
     struct api_buf b = {0};
+    const size_t room = json_bound(&q, &lk);
+    if ((b.p = malloc(room))) b.cap = room, b.p[0] = 0;
     attnd_status st = compute(c, &q, &lk, &res, &why);
     if (!st) write_answer(&b, &q, &lk, &res);
-    ret = api_lookup_reply(c, st, why, "attention map", &b);
+    free(res.w); /* before the answer goes out: only its body stays held */
+    res.w = NULL;
+    ret = api_lookup_reply(c, st, why, "attention map", &b, held);
     api_buf_free(&res.pieces);
     free(res.w);
     free(res.vals);

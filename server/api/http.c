@@ -254,6 +254,7 @@ void http_config_default(struct http_config *cfg)
                                 .max_connections = 256,
                                 .max_per_client = 64,
                                 .timeout_ms = 30000,
+                                .response_budget_mib = 256,
                                 .chat_template = -1};
 }
 
@@ -346,7 +347,8 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     *out = NULL;
     if (!cfg || cfg->port < 0 || cfg->port > 65535 || cfg->max_body == 0 || cfg->max_tokens_cap < 0 ||
         cfg->keep_requests < 1 || cfg->attention_max_tokens < 1 || cfg->max_connections < 1 ||
-        cfg->max_per_client < 0 || cfg->timeout_ms < 0) {
+        cfg->max_per_client < 0 || cfg->timeout_ms < 0 || cfg->response_budget_mib < 1 ||
+        cfg->response_budget_mib > ((size_t)1 << 30)) {
         snprintf(err, errlen, "invalid HTTP configuration");
         return ATTND_ERR_INVALID;
     }
@@ -358,6 +360,7 @@ attnd_status http_create(const struct http_config *cfg, struct http_server **out
     pthread_mutex_init(&srv->mu, NULL);
     check_cond_init(&srv->cv); /* http_wait_idle waits on it with a check_deadline */
     atomic_init(&srv->state, API_STATE_LOADING);
+    atomic_init(&srv->answer_bytes, 0);
     attnd_status st = ATTND_ERR_NOMEM;
     srv->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
     if ((st = load_tenants(srv, cfg, err, errlen))) goto fail;

@@ -109,10 +109,16 @@ enum MHD_Result api_logit_lens(struct api_conn *c)
         api_lookup_free(&lk);
         return ret;
     }
+    /* the budget (lookup.h): per layer and candidate its text (escaped), probability and id */
+    const size_t held = (size_t)lk.hp.n_layer * (size_t)q.top * (6 * 64 + 48) + 4096;
+    if (!api_lookup_reserve(c, held, &ret)) {
+        api_lookup_free(&lk);
+        return ret;
+    }
     struct api_buf b = {0};
     const char *why = NULL;
     attnd_status st = compute(c, &q, &lk, &b, &why);
-    ret = api_lookup_reply(c, st, why, "logit lens", &b);
+    ret = api_lookup_reply(c, st, why, "logit lens", &b, held);
     api_lookup_free(&lk);
     return ret;
 }

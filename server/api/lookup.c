@@ -79,15 +79,84 @@ void api_lookup_put_token(struct api_buf *b, const struct tokenizer *tok, int id
     api_buf_json_str(b, piece, len < cap ? len : cap);
 }
 
+bool api_lookup_reserve(struct api_conn *c, size_t bytes, enum MHD_Result *ret)
+{
+    struct http_server *srv = c->srv;
+    const size_t budget = srv->cfg.response_budget_mib << 20;
+    if (bytes > budget) {
+        *ret = api_error(c, 413, "this answer needs %zu MiB, more than --response-budget-mb %zu", (bytes >> 20) + 1,
+                         srv->cfg.response_budget_mib);
+        return false;
+    }
+    size_t cur = atomic_load(&srv->answer_bytes);
+    do {
+        if (bytes > budget - cur) {
+            *ret = api_error_hdr(c, 503, "Retry-After", "1",
+                                 "answers in flight hold %zu of the %zu MiB of --response-budget-mb; try again",
+                                 cur >> 20, srv->cfg.response_budget_mib);
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&srv->answer_bytes, &cur, cur + bytes));
+    return true;
+}
+
+void api_lookup_unreserve(struct http_server *srv, size_t bytes) { atomic_fetch_sub(&srv->answer_bytes, bytes); }
+
+/* An answer's body and its share of the budget, freed together by libmicrohttpd. */
+struct held_body {
+    struct http_server *srv;
+    char *body;
+    size_t len;
+};
+
+static void free_held(void *cls)
+{
+    struct held_body *h = cls;
+    free(h->body);
+    api_lookup_unreserve(h->srv, h->len);
+    free(h);
+}
+
+/* Queues body (len bytes, holding len of the budget) as the 200 answer; the response frees it. */
+static enum MHD_Result respond_held(struct api_conn *c, char *body, size_t len)
+{
+    struct held_body *h = malloc(sizeof *h);
+    struct MHD_Response *r = h ? MHD_create_response_from_buffer_with_free_callback_cls(len, body, free_held, h) : NULL;
+    if (!r) {
+        free(h);
+        free(body);
+        api_lookup_unreserve(c->srv, len);
+        return api_error_hdr(c, 503, "Retry-After", "1", "out of memory for the answer");
+    }
+    *h = (struct held_body){.srv = c->srv, .body = body, .len = len};
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ok = MHD_queue_response(c->mc, 200, r);
+    MHD_destroy_response(r); /* the queued response keeps its own reference; a failed one frees h here */
+    if (ok == MHD_YES) {
+        c->status = 200;
+        c->responded = true;
+    }
+    return ok;
+}
+
 enum MHD_Result api_lookup_reply(struct api_conn *c, attnd_status st, const char *why, const char *what,
-                                 struct api_buf *b)
+                                 struct api_buf *b, size_t reserved)
 {
     if (st) {
         api_buf_free(b);
+        api_lookup_unreserve(c->srv, reserved);
         return api_error_retry(c, api_status_code(st, true), "%s failed: %s", what, why ? why : attnd_status_str(st));
     }
     size_t len = b->len;
     char *body = api_buf_take(b);
-    if (!body) return api_error_hdr(c, 503, "Retry-After", "1", "out of memory for the answer");
-    return api_respond(c, 200, "application/json", body, len, NULL);
+    char *fit = body ? realloc(body, len + 1) : NULL; /* a grown buffer's spare room is not held */
+    if (fit) body = fit;
+    /* the estimate was an upper bound: keep what the body holds, give back the rest */
+    if (len <= reserved) api_lookup_unreserve(c->srv, reserved - len);
+    else atomic_fetch_add(&c->srv->answer_bytes, len - reserved);
+    if (!body) {
+        api_lookup_unreserve(c->srv, len);
+        return api_error_hdr(c, 503, "Retry-After", "1", "out of memory for the answer");
+    }
+    return respond_held(c, body, len);
 }

@@ -55,10 +55,23 @@ void api_lookup_free(struct api_lookup *lk);
  * tok_max_piece() + 8). */
 void api_lookup_put_token(struct api_buf *b, const struct tokenizer *tok, int id, char *piece, size_t cap);
 
+/* The response budget (--response-budget-mb): every answer of such a route holds its bytes,
+ * from before it is computed until libmicrohttpd has sent it (or given up on the client), so
+ * clients that ask and never read cannot make the daemon hold more than the budget. Takes bytes
+ * (an upper bound of what computing and answering will hold) from c's server: false when the
+ * budget cannot take them now (503 with Retry-After answered) or ever (413), with the result
+ * in *ret. Thread-safe. */
+bool api_lookup_reserve(struct api_conn *c, size_t bytes, enum MHD_Result *ret);
+
+/* Gives bytes taken by api_lookup_reserve() back. Thread-safe. */
+void api_lookup_unreserve(struct http_server *srv, size_t bytes);
+
 /* Closes such a route: st != ATTND_OK answers the error (api_status_code(st, true), message
  * "<what> failed: <why or the status name>", Retry-After on 503) and frees b; otherwise b is
- * answered as 200 application/json (503 when b ran out of memory). */
+ * answered as 200 application/json (503 when b ran out of memory). reserved: what
+ * api_lookup_reserve() took; the answer keeps exactly its body's length of it until the
+ * body is freed, and the rest is given back here. */
 enum MHD_Result api_lookup_reply(struct api_conn *c, attnd_status st, const char *why, const char *what,
-                                 struct api_buf *b);
+                                 struct api_buf *b, size_t reserved);
 
 #endif
