@@ -400,14 +400,17 @@ attnd_status gmask_seq_apply(struct gmask_seq *s, float *logits)
     attnd_status st = gmask_seq_fill(s, s->scratch, &n);
     if (st != ATTND_OK) return st;
     if (!n) return ATTND_ERR_INVALID;
+    size_t V = (size_t)s->v->n_vocab;
     for (size_t w = 0; w < s->v->words; w++) {
-        uint64_t bits = ~s->scratch[w];
-        if (!bits) continue;
-        for (int b = 0; b < 64; b++) {
-            size_t id = w * 64 + (size_t)b;
-            if (id >= (size_t)s->v->n_vocab) break;
-            if ((bits >> b) & 1) logits[id] = -INFINITY;
+        float *l = logits + w * 64;
+        size_t len = V - w * 64 < 64 ? V - w * 64 : 64;
+        if (!s->scratch[w]) { /* a whole word disallowed (most of them at structural positions) */
+            for (size_t j = 0; j < len; j++) l[j] = -INFINITY;
+            continue;
         }
+        uint64_t dis = ~s->scratch[w];
+        if (len < 64) dis &= (1ull << len) - 1;
+        for (; dis; dis &= dis - 1) l[__builtin_ctzll(dis)] = -INFINITY;
     }
     return ATTND_OK;
 }

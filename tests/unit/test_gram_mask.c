@@ -137,7 +137,25 @@ static void check_vocab(const char *path, const struct gram *g)
     T_CHECK(s && gmask_seq_accept(s, brace) == ATTND_OK, "accept '{'");
     int close = find_bytes(v, "}");
     T_CHECK(s && close >= 0 && gmask_seq_accept(s, close) == ATTND_OK && gmask_seq_accepts_end(s), "{}");
+    /* gmask_seq_apply sets -inf exactly where gmask_fill leaves a bit clear, in a string and after it */
+    static const char *more[] = {"{\"na", "me\": \"x\"", ", \"n\": [1"};
+    uint64_t *mask = t_xmalloc(gmask_words(v) * sizeof *mask);
+    struct gmask_seq *s2 = NULL;
+    T_CHECK(gmask_seq_create(v, g, &s2) == ATTND_OK, "seq");
+    for (size_t k = 0; s2 && k < 3; k++) {
+        T_CHECK(gmatch_accept_bytes(gmask_seq_matcher(s2), more[k], strlen(more[k])), "advance by '%s'", more[k]);
+        struct gmatch *c = NULL;
+        T_CHECK(gmatch_clone(gmask_seq_matcher(s2), &c) == ATTND_OK && gmask_fill(v, c, mask, NULL) == ATTND_OK, "fill");
+        gmatch_destroy(c);
+        for (int i = 0; i < gmask_n_vocab(v); i++) logits[i] = 1;
+        T_CHECK(gmask_seq_apply(s2, logits) == ATTND_OK, "apply");
+        int wrong = 0;
+        for (int i = 0; i < gmask_n_vocab(v); i++) wrong += (logits[i] == 1) != (int)((mask[i >> 6] >> (i & 63)) & 1);
+        T_CHECK(wrong == 0, "after '%s': %d logits disagree with the mask", more[k], wrong);
+    }
+    free(mask);
     free(logits);
+    gmask_seq_destroy(s2);
     gmask_seq_destroy(s);
     gmask_vocab_destroy(v);
     tok_destroy(tok);
