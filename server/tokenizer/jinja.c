@@ -102,7 +102,8 @@ struct loopst;
 typedef struct val {
     uint8_t t;
     uint8_t tuple; /* V_LIST: 1 a tuple (printed with parentheses), 2 a generator (what select/map
-                    * return in jinja2: iterable once, no len(), not JSON); V_STR: 1 Markup (|safe) */
+                    * return in jinja2: iterable once, no len(), not JSON), 3/4/5 a dict's keys() /
+                    * values() / items() view; V_STR: 1 Markup (|safe) */
     union {
         bool b;
         int64_t i;
@@ -1628,7 +1629,8 @@ static const char *type_name(const val *v)
 {
     static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
                                         "dict", "Namespace", "Macro", "LoopContext", "builtin_function_or_method"};
-    if (v->t == V_LIST && v->tuple) return v->tuple == 2 ? "generator" : "tuple";
+    static const char *const kinds[] = {"list", "tuple", "generator", "dict_keys", "dict_values", "dict_items"};
+    if (v->t == V_LIST && v->tuple < 6) return kinds[v->tuple];
     return names[v->t];
 }
 
@@ -1771,6 +1773,15 @@ static void put_seq(struct sb *b, const val *v)
 {
     if (v->t == V_LIST && v->tuple == 2) {
         sb_puts(b, "<generator object select_or_reject>");
+        return;
+    }
+    if (v->t == V_LIST && v->tuple >= 3) { /* dict_keys(['a']) */
+        val l = *v;
+        l.tuple = 0;
+        sb_puts(b, type_name(v));
+        sb_puts(b, "(");
+        put_seq(b, &l);
+        sb_puts(b, ")");
         return;
     }
     if (v->t == V_LIST) {
@@ -1938,7 +1949,7 @@ static void put_json(struct sb *b, const val *v, const struct jopt *o, int level
         return;
     case V_STR: json_str(b, v->u.s.p, v->u.s.n, is_data(v), o->ascii); return;
     case V_LIST:
-        if (v->tuple == 2) break;
+        if (v->tuple >= 2) break;
         if (!v->u.l->n) {
             sb_puts(b, "[]");
             return;
@@ -2018,7 +2029,7 @@ static int order(struct rs *R, const val *a, const val *b, const char *op)
         return x < y ? -1 : x > y;
     }
     if (a->t == V_STR && b->t == V_STR) return cmp_bytes(&a->u.s, &b->u.s);
-    if (a->t == V_LIST && b->t == V_LIST) {
+    if (a->t == V_LIST && b->t == V_LIST && a->tuple == b->tuple && a->tuple != 2) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (eq(R, &a->u.l->v[i], &b->u.l->v[i])) continue;
@@ -2258,8 +2269,8 @@ static val get_item(struct rs *R, const val *o, const val *k)
         undef_fail(R, o);
         return UNDEF;
     }
-    if (o->t == V_LIST && o->tuple == 2) {
-        fail(R, ATTND_ERR_INVALID, "TypeError: 'generator' object is not subscriptable");
+    if (o->t == V_LIST && o->tuple >= 2) {
+        fail(R, ATTND_ERR_INVALID, "TypeError: '%s' object is not subscriptable", type_name(o));
         return UNDEF;
     }
     if (o->t == V_DICT || o->t == V_NS) {
@@ -2375,6 +2386,8 @@ static val repeat(struct rs *R, const val *s, int64_t times)
     return lb_val(&b, s->tuple);
 }
 
+static val float_arith(struct rs *R, int op, double x, double y, bool ints);
+
 static val int_arith(struct rs *R, int op, int64_t x, int64_t y)
 {
     int64_t r = 0;
@@ -2397,7 +2410,7 @@ static val int_arith(struct rs *R, int op, int64_t x, int64_t y)
         if (op == B_MOD && r && ((r < 0) != (y < 0))) r += y;
         break;
     case B_POW:
-        if (y < 0) return vfloat(pow((double)x, (double)y));
+        if (y < 0) return float_arith(R, B_POW, (double)x, (double)y, false);
         r = 1;
         for (int64_t i = 0; i < y && !ovf; i++) ovf = __builtin_mul_overflow(r, x, &r);
         break;
@@ -2428,7 +2441,12 @@ static val float_arith(struct rs *R, int op, double x, double y, bool ints)
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return vfloat(m);
     }
-    default: return vfloat(pow(x, y));
+    default:
+        if (x == 0 && y < 0) {
+            fail(R, ATTND_ERR_INVALID, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
+            return UNDEF;
+        }
+        return vfloat(pow(x, y));
     }
 }
 
@@ -2532,7 +2550,7 @@ static val do_slice(struct rs *R, const val *o, const val *s0, const val *s1, co
         undef_fail(R, o);
         return UNDEF;
     }
-    if ((o->t != V_LIST && o->t != V_STR) || (o->t == V_LIST && o->tuple == 2)) {
+    if ((o->t != V_LIST && o->t != V_STR) || (o->t == V_LIST && o->tuple >= 2)) {
         fail(R, ATTND_ERR_INVALID, "TypeError: '%s' object is not subscriptable", type_name(o));
         return UNDEF;
     }
@@ -2753,26 +2771,71 @@ static val s_replace(struct rs *R, const val *s, const val *old, const val *nw, 
 static bool is_lower_c(unsigned char c) { return c >= 'a' && c <= 'z'; }
 static bool is_upper_c(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 
+/* Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (what chat text
+ * mostly holds); other code points have no case here. up: the upper case of c, else the lower. */
+static uint32_t cp_case(uint32_t c, bool up)
+{
+    if (c < 0x80) return up ? (c >= 'a' && c <= 'z' ? c - 32 : c) : (c >= 'A' && c <= 'Z' ? c + 32 : c);
+    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return up ? c : c + 32;
+    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return up ? c - 32 : c;
+    if (c == 0xFF || c == 0x178) return up ? 0x178 : 0xFF;
+    if ((c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return up ? c & ~1u : c | 1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return up ? (c & 1u ? c : c - 1) : (c & 1u ? c + 1 : c);
+    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return up ? c : c + 32;
+    if (c >= 0x3B1 && c <= 0x3C9) return up ? (c == 0x3C2 ? 0x3A3 : c - 32) : c;
+    if (c >= 0x410 && c <= 0x42F) return up ? c : c + 32;
+    if (c >= 0x430 && c <= 0x44F) return up ? c - 32 : c;
+    if (c >= 0x400 && c <= 0x40F) return up ? c : c + 80;
+    if (c >= 0x450 && c <= 0x45F) return up ? c - 80 : c;
+    return c;
+}
+
+static bool cp_cased(uint32_t c) { return cp_case(c, true) != c || cp_case(c, false) != c; }
+
 /* mode: 'l' lower, 'u' upper, 't' str.title, 'c' capitalize, 'T' jinja's title filter. */
 static val s_case(struct rs *R, const val *s, char mode)
 {
     struct sb b = {.R = R};
     bool prev_cased = false, data = is_data(s);
-    for (size_t i = 0; i < s->u.s.n && !R->st; i++) {
-        unsigned char c = (unsigned char)s->u.s.p[i];
+    size_t l;
+    sb_put(&b, "", 0);
+    for (size_t i = 0; i < s->u.s.n && !R->st; i += l) {
+        uint32_t c = u8_at(s->u.s.p, s->u.s.n, i, &l);
         bool up;
         if (mode == 'l') up = false;
         else if (mode == 'u') up = true;
         else if (mode == 'c') up = i == 0;
         else if (mode == 't') up = !prev_cased;
         else up = i == 0 || strchr("- \t\n\r\f\v({[<", s->u.s.p[i - 1]);
-        if (up && is_lower_c(c)) c = (unsigned char)(c - 32);
-        else if (!up && is_upper_c(c)) c = (unsigned char)(c + 32);
-        prev_cased = is_lower_c(c) || is_upper_c(c);
-        sb_putc(&b, (char)c, data);
+        uint32_t d = l == 1 && c >= 0x80 ? c : cp_case(c, up); /* a stray byte stays itself */
+        prev_cased = cp_cased(c) || c == 0xDF;
+        if (c == 0xDF && up) { /* ß has no single upper case: "SS" ("Ss" in title case) */
+            sb_putd(&b, mode == 'u' || mode == 'T' ? "SS" : "Ss", 2, data);
+        } else if (d == c) {
+            sb_putd(&b, s->u.s.p + i, l, data);
+        } else {
+            char o[4];
+            size_t k = 0;
+            put_utf8(o, &k, d);
+            sb_putd(&b, o, k, data);
+        }
     }
-    if (!b.p && !R->st) return vlit("", 0);
     return sb_val(&b);
+}
+
+/* Python's str.islower() (lower) / isupper(): some cased character, none of the other case. */
+static bool s_is_case(const val *s, bool lower)
+{
+    bool cased = false;
+    size_t l;
+    for (size_t i = 0; i < s->u.s.n; i += l) {
+        uint32_t c = u8_at(s->u.s.p, s->u.s.n, i, &l);
+        if (!cp_cased(c) && c != 0xDF) continue;
+        bool upper_c = c != 0xDF && cp_case(c, true) == c; /* cased and already upper case (ß is lower) */
+        if (upper_c == lower) return false;   /* of the other case */
+        cased = true;
+    }
+    return cased;
 }
 
 static bool s_affix(struct rs *R, const val *s, const val *x, bool end)
@@ -2831,17 +2894,17 @@ static val str_method(struct rs *R, const val *s, const char *name, size_t n, co
         return vint(f ? (int64_t)u8_count(p, (size_t)(f - p)) : -1);
     }
     if (IS("isdigit") || IS("isspace") || IS("isalpha") || IS("isalnum") || IS("islower") || IS("isupper")) {
-        bool ok = s->u.s.n > 0, cased = false;
+        bool ok = s->u.s.n > 0;
         for (size_t i = 0; i < s->u.s.n && ok; i++) {
             unsigned char c = (unsigned char)s->u.s.p[i];
             if (IS("isdigit")) ok = c >= '0' && c <= '9';
             else if (IS("isspace")) ok = py_space(c);
             else if (IS("isalpha")) ok = is_lower_c(c) || is_upper_c(c);
             else if (IS("isalnum")) ok = is_lower_c(c) || is_upper_c(c) || (c >= '0' && c <= '9');
-            else if (IS("islower")) ok = !is_upper_c(c), cased |= is_lower_c(c);
-            else ok = !is_lower_c(c), cased |= is_upper_c(c);
+            else ok = true;
         }
-        return vbool(ok && (cased || !(IS("islower") || IS("isupper"))));
+        if (IS("islower") || IS("isupper")) return vbool(s_is_case(s, IS("islower")));
+        return vbool(ok);
     }
 #undef IS
     *found = false;
@@ -2867,7 +2930,7 @@ static val dict_method(struct rs *R, const val *d, const char *name, size_t n, c
                 lb_push(&b, list_of(R, kv, 2, true));
             }
         }
-        return lb_val(&b, false);
+        return lb_val(&b, IS("keys") ? 3 : IS("values") ? 4 : 5);
     }
 #undef IS
     *found = false;
@@ -2974,7 +3037,10 @@ static val f_indent(struct rs *R, const val *in, const struct av *a, int na)
         for (int64_t i = 0; i < w->u.i && i < 256; i++) sb_put(&pad, " ", 1);
         ind = sb_val(&pad);
     }
-    val s = to_str(R, in), nl = vlit("\n", 1);
+    if (in->t == V_UNDEF) return undef_fail(R, in), UNDEF;
+    if (in->t != V_STR)
+        return fail(R, ATTND_ERR_INVALID, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", type_name(in)), UNDEF;
+    val s = *in, nl = vlit("\n", 1);
     s = concat2(R, &s.u.s, &nl.u.s);
     val lines = s_splitlines(R, &s.u.s);
     if (R->st) return UNDEF;
@@ -3008,7 +3074,7 @@ static val f_select(struct rs *R, const val *in, const struct av *a, int na, boo
         return UNDEF;
     }
     int extra = na - skip - (tn ? 1 : 0);
-    const struct av *ea = a + skip + (tn ? 1 : 0);
+    const struct av *ea = a && extra > 0 ? a + skip + (tn ? 1 : 0) : NULL;
     struct lb b = {.R = R};
     for (size_t i = 0; i < items.u.l->n && step(R); i++) {
         val x = attr ? get_path(R, &items.u.l->v[i], an) : items.u.l->v[i];
@@ -3150,7 +3216,9 @@ static val f_items(struct rs *R, const val *in)
         return UNDEF;
     }
     bool found;
-    return dict_method(R, in, "items", 5, NULL, 0, &found);
+    val r = dict_method(R, in, "items", 5, NULL, 0, &found);
+    if (r.t == V_LIST) r.tuple = 2; /* jinja2's items filter is a generator */
+    return r;
 }
 
 static val f_misc(struct rs *R, const char *name, size_t n, const val *in, const struct av *a, int na, bool *found)
@@ -3200,10 +3268,15 @@ static val f_misc(struct rs *R, const char *name, size_t n, const val *in, const
         }
         return acc;
     }
-    if (IS("round")) {
-        const val *p = argp(a, na, 0, "precision");
-        double m = pow(10, p && p->t == V_INT ? (double)p->u.i : 0), x = num_f(in);
-        return is_num(in) ? vfloat(round(x * m) / m) : UNDEF;
+    if (IS("round")) { /* Python's round(): half to even; an int stays an int */
+        const val *p = argp(a, na, 0, "precision"), *meth = argp(a, na, 1, "method");
+        int64_t prec = p && p->t == V_INT ? p->u.i : 0;
+        if (!is_num(in)) return fail(R, ATTND_ERR_INVALID, "TypeError: type %s doesn't define __round__ method", type_name(in)), UNDEF;
+        if (in->t != V_FLOAT && prec >= 0 && !meth) return vint(num_i(in));
+        double m = pow(10, (double)(prec > 300 ? 300 : prec < -300 ? -300 : prec)), x = num_f(in) * m;
+        bool floor_ = meth && meth->t == V_STR && meth->u.s.n == 5 && !memcmp(meth->u.s.p, "floor", 5);
+        bool ceil_ = meth && meth->t == V_STR && meth->u.s.n == 4 && !memcmp(meth->u.s.p, "ceil", 4);
+        return vfloat((floor_ ? floor(x) : ceil_ ? ceil(x) : meth ? round(x) : nearbyint(x)) / m);
     }
 #undef IS
     *found = false;
@@ -3317,7 +3390,11 @@ static val apply_filter(struct rs *R, const char *name, size_t n, const val *in,
     if (IS("map")) return f_map(R, in, a, na);
     if (IS("select") || IS("reject")) return f_select(R, in, a, na, false, IS("select"));
     if (IS("selectattr") || IS("rejectattr")) return f_select(R, in, a, na, true, IS("selectattr"));
-    if (IS("sort") || IS("unique")) return f_sort(R, in, a, na, IS("unique"));
+    if (IS("sort") || IS("unique")) {
+        val r = f_sort(R, in, a, na, IS("unique"));
+        if (r.t == V_LIST && IS("unique")) r.tuple = 2; /* a generator in jinja2 */
+        return r;
+    }
     if (IS("indent")) return f_indent(R, in, a, na);
     if (IS("dictsort")) return f_dictsort(R, in, a, na);
     if (IS("batch")) return f_batch(R, in, a, na);
@@ -3366,7 +3443,7 @@ static bool apply_test(struct rs *R, const char *name, size_t n, const val *in, 
     if (IS("none")) return t == V_NONE;
     if (IS("string")) return t == V_STR;
     if (IS("mapping")) return t == V_DICT;
-    if (IS("sequence")) return t == V_STR || (t == V_LIST && in->tuple != 2) || t == V_DICT;
+    if (IS("sequence")) return t == V_STR || (t == V_LIST && in->tuple < 2) || t == V_DICT;
     if (IS("iterable")) return t == V_STR || t == V_LIST || t == V_DICT || t == V_UNDEF;
     if (IS("number")) return t == V_INT || t == V_FLOAT || t == V_BOOL;
     if (IS("integer")) return t == V_INT;
@@ -3375,17 +3452,13 @@ static bool apply_test(struct rs *R, const char *name, size_t n, const val *in, 
     if (IS("true")) return t == V_BOOL && in->u.b;
     if (IS("false")) return t == V_BOOL && !in->u.b;
     if (IS("callable")) return t == V_MACRO || t == V_FUNC;
-    if (IS("lower") || IS("upper")) {
-        if (t != V_STR) return false;
-        val c = s_case(R, in, IS("lower") ? 'l' : 'u');
-        return eq(R, &c, in);
+    if (IS("lower") || IS("upper")) { /* str(value).islower() */
+        val sv = to_str(R, in);
+        return !R->st && s_is_case(&sv, IS("lower"));
     }
-    if (IS("odd") || IS("even") || IS("divisibleby")) {
-        if (!is_num(in) || in->t == V_FLOAT) return false;
-        int64_t d = IS("divisibleby") ? (x && is_num(x) ? num_i(x) : 0) : 2;
-        if (!d) return fail(R, ATTND_ERR_INVALID, "ZeroDivisionError: integer division or modulo by zero"), false;
-        int64_t r = num_i(in) % d;
-        return IS("odd") ? r != 0 : r == 0;
+    if (IS("odd") || IS("even") || IS("divisibleby")) { /* value % 2 == 1, value % 2 == 0, value % num == 0 */
+        val d = IS("divisibleby") ? (x ? *x : UNDEF) : vint(2), r = arith(R, B_MOD, in, &d), one = vint(IS("odd") ? 1 : 0);
+        return !R->st && eq(R, &r, &one);
     }
     if (!x) return fail(R, ATTND_ERR_INVALID, "TypeError: test '%.*s' needs an argument", (int)n, name), false;
     if (IS("equalto") || IS("eq") || IS("==")) return eq(R, in, x);
