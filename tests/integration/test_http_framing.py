@@ -51,6 +51,11 @@ CASES = [
      + b"\n" + BODY, 200, False, None),
     ("bare LF in chunked framing", post(TE, b"%x\n%s\n0\n\n" % (len(BODY), BODY)), 200, False, None),
     ("a short chunk extension (ignored)", post(TE, chunked(ext=b";name=value")), 200, False, None),
+    # the obs-fold check must not mistake a big header block for a folded one
+    ("a 40 KB header value", post(b"X-Big: " + b"a" * 40000 + b"\r\nX-Small: b\r\n" + CL, BODY), 200, False, None),
+    ("200 header lines", post(b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(200)) + CL, BODY), 200, False,
+     None),
+    ("white space around a value", post(b"X-Thing: \t a b \t\r\n" + CL, BODY), 200, False, None),
     # decided inside libmicrohttpd: its own 400 page
     ("Content-Length as a list", post(b"Content-Length: %d, %d\r\n" % (len(BODY), len(BODY)), BODY), 400, False, None),
     ("query parameter 1000 times",
