@@ -133,21 +133,23 @@ attnd_status tenant_load_file(struct tenant_table *t, const char *path, char *er
         snprintf(err, errlen, "cannot open --api-keys %s: %s", path, strerror(errno));
         return ATTND_ERR_IO;
     }
-    char *line = malloc(LINE_MAX_BYTES + 2);
-    attnd_status st = line ? ATTND_OK : ATTND_ERR_NOMEM;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    attnd_status st = ATTND_OK;
     char why[256] = "";
     int lineno = 0;
-    while (!st && fgets(line, LINE_MAX_BYTES + 2, f)) {
+    while (!st && (errno = 0, len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == LINE_MAX_BYTES + 1 && line[n - 1] != '\n') st = ATTND_ERR_INVALID, snprintf(why, sizeof why, "line too long");
-        else if (strlen(line) != n || memchr(line, 0, n)) st = ATTND_ERR_INVALID, snprintf(why, sizeof why, "a NUL byte");
+        if ((size_t)len > LINE_MAX_BYTES) st = ATTND_ERR_INVALID, snprintf(why, sizeof why, "line too long");
+        else if (memchr(line, 0, (size_t)len)) st = ATTND_ERR_INVALID, snprintf(why, sizeof why, "a NUL byte");
         else st = add_line(t, line, why, sizeof why);
     }
     if (!st && ferror(f)) st = ATTND_ERR_IO, snprintf(why, sizeof why, "read error");
     fclose(f);
-    if (line) memset(line, 0, LINE_MAX_BYTES + 2);
+    if (line) memset(line, 0, cap); /* it held keys */
     free(line);
+    if (!st && errno == ENOMEM) st = ATTND_ERR_NOMEM;
     if (st == ATTND_ERR_INVALID || (st == ATTND_ERR_IO && why[0]))
         snprintf(err, errlen, "--api-keys %s line %d: %s", path, lineno, why);
     else if (st == ATTND_ERR_NOMEM) snprintf(err, errlen, "out of memory");
