@@ -26,6 +26,7 @@
 #include <cjson/cJSON.h>
 
 #include "attnd/jinja.h"
+#include "attnd/toolcall.h"
 #include "attnd/status.h"
 
 struct gguf;
@@ -68,6 +69,9 @@ attnd_status chat_tmpl_create(const char *src, size_t len, const char *tool_src,
 void chat_tmpl_destroy(struct chat_tmpl *t);
 /* How the template was chosen, e.g. "the model's tokenizer.chat_template". */
 const char *chat_tmpl_describe(const struct chat_tmpl *t);
+/* The format the template renders assistants' tool calls in (toolcall.h: what a model taught by
+ * it emits), from its tool_use variant first; TOOLCALL_NONE if it shows none. */
+enum toolcall_format chat_tmpl_tool_format(const struct chat_tmpl *t);
 
 /* The template chat requests of model g use: file (not NULL: that file), else family (>= 0: the
  * built-in one), else g's tokenizer.chat_template, else ChatML. The result is cached for the
@@ -90,6 +94,11 @@ attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const
 /* Frees what chat_render allocated; zeroes *p. NULL or a zeroed prompt is fine. */
 void chat_prompt_free(struct chat_prompt *p);
 
+/* chat_render with bos_token / eos_token the texts of tok's BOS / EOS tokens: the prompt the model
+ * reads, as text (POST /apply-template). */
+attnd_status chat_render_vocab(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
+                               const cJSON *tools, bool add_generation_prompt, struct chat_prompt *out, char *err,
+                               size_t errlen);
 /* Renders (bos_token / eos_token from tok's vocabulary) and tokenizes: every control or
  * user-defined token text the template itself wrote becomes that token; all other text
  * (everything from the request included) is tokenized with special-token parsing off, so a

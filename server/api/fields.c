@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnd/intervene.h"
+#include "attnd/gbnf.h"
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/sched.h"
@@ -16,6 +17,9 @@
 #include "server/api/job.h"
 
 #define MAX_SEED 9007199254740992.0 /* 2^53: every integer up to it is exact in a JSON double */
+/* JSON values a body may hold besides its prompt's tokens and stops: chat messages, tools and their
+ * schemas, interventions (a cJSON node is ~64 bytes: 8192 cost half a MiB) */
+#define BODY_SPARE_VALUES 8192
 
 /* ==============================================================================================
  * Values
@@ -137,6 +141,19 @@ static int read_interventions(const struct api_field_ctx *x, const cJSON *it, ch
  * ("prompt\u0000x" would read as "prompt"). *n_commas gets the commas outside strings (up to
  * the NUL): one less than the values of the largest possible array, before cJSON builds a node
  * (~64 bytes) for each. */
+/* grammar: llama.cpp's GBNF (root rule "root"), the answer held to it */
+static int read_grammar(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    struct job_params *p = x->dst;
+    if (!cJSON_IsString(it)) return snprintf(err, errlen, "'grammar' must be a GBNF text"), 400;
+    if (p->grammar) return snprintf(err, errlen, "'grammar' cannot be combined with 'response_format'"), 400;
+    char why[256] = "";
+    attnd_status st = gbnf_parse(it->valuestring, strlen(it->valuestring), &p->grammar, why, sizeof why);
+    if (st == ATTND_ERR_NOMEM) return snprintf(err, errlen, "out of memory"), 503;
+    if (st) return snprintf(err, errlen, "'grammar': %s", why), 400;
+    return 0;
+}
+
 /* ==============================================================================================
  * The tables
  * ============================================================================================== */
@@ -157,6 +174,7 @@ const struct api_field api_sampling_fields[] = {
     {"seed", FIELD_U53, SP(seed), 0, MAX_SEED, JP(seed_given), NULL},
     {"stop", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_stop},
     {"ignore_eos", FIELD_BOOL, JP(req.ignore_eos), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"grammar", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_grammar},
     {"interventions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_interventions},
     FIELD_END,
 };
@@ -292,7 +310,7 @@ static bool body_refused(const struct api_conn *c, char *err, size_t errlen)
     }
     struct api_engine e;
     if (!api_engine_acquire(c->srv, &e)) return false; /* answered 503 after the parse */
-    size_t most = (size_t)sched_n_ctx(e.sched) + SCHED_MAX_STOPS + 32;
+    size_t most = (size_t)sched_n_ctx(e.sched) + SCHED_MAX_STOPS + BODY_SPARE_VALUES;
     api_engine_release(c->srv);
     if (commas < most) return false;
     snprintf(err, errlen, "the body holds more than %zu JSON values (a prompt has at most the context's tokens)", most);

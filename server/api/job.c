@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "attnd/check.h"
+#include "attnd/grammar.h"
 #include "attnd/intervene.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -32,6 +33,8 @@ void job_params_free(struct job_params *p)
     p->n_prompts = 0;
     iv_destroy(p->iv);
     p->iv = NULL;
+    gram_destroy(p->grammar);
+    p->grammar = NULL;
 }
 
 void job_id_str(const struct api_job *j, char *buf, size_t cap)
@@ -304,6 +307,8 @@ static struct api_job *job_create(struct api_conn *c, const struct api_engine *e
     j->stream = p->stream;
     j->include_usage = p->stream && p->include_usage;
     j->echo = p->echo;
+    j->tool_format = p->tool_format;
+    j->tools_single = p->tools_single;
     j->logprobs = p->logprobs;
     j->sse = (struct api_sse){.mu = &j->mu, .cv = &j->cv, .fd = api_conn_fd(c), .state = stream_state,
                               .release = stream_release, .owner = j};
@@ -341,6 +346,7 @@ static int submit(struct api_job *j, const struct api_engine *e, const struct jo
     req.n_prompt = ch->n_prompt;
     req.stops = p->stops;
     req.iv = p->iv; /* sched_submit copies it */
+    req.grammar = p->grammar; /* and retains this */
     req.logprobs = p->logprobs < 0 ? 0 : p->logprobs ? p->logprobs : 1; /* 1: the chosen token's own */
     req.sampling.seed = (seed0 + (uint64_t)(i % p->n)) & ((1ull << 53) - 1);
     if (!p->max_given) {

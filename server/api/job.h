@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "attnd/sched.h"
+#include "attnd/toolcall.h"
 #include "server/api/api.h"
 #include "server/api/buf.h"
 #include "server/api/history.h"
@@ -45,6 +46,10 @@ struct job_params {
     int logprobs;                       /* -1: none; else top alternatives per token (0: the token's own) */
     bool stream, include_usage;
     bool echo;                          /* the prompt's text starts each choice's text */
+    enum toolcall_format tool_format;   /* tools offered: the answer is parsed for calls in this format
+                                           (held back while streaming); TOOLCALL_NONE: plain text */
+    bool tools_single;                  /* parallel_tool_calls false: at most one call */
+    struct gram *grammar;               /* NULL, or the answer is held to it (owned: job_params_free drops it) */
     int32_t *prompts[JOB_MAX_CHOICES];  /* malloc'd, owned here: job_run() and job_params_free() free them */
     size_t n_prompt[JOB_MAX_CHOICES];
     int n_prompts;
@@ -116,6 +121,8 @@ struct api_job {
     const struct tokenizer *tok;
     struct sched *sched;       /* the job's own handle: alive while a choice is not done */
     bool stream, include_usage, echo;
+    enum toolcall_format tool_format;  /* job_params' */
+    bool tools_single;
     int logprobs;
     uint64_t id0;              /* choice 0's scheduler id */
     struct api_reqid rid;      /* the response's id and tenant (history.h) */

@@ -12,6 +12,8 @@
 #include "attnd/tokenizer.h"
 #include "server/api/fields.h"
 #include "server/api/oai_common.h"
+#include "server/api/oai_tools.h"
+#include "server/api/reply.h"
 
 #define MAX_MESSAGES 1024
 
@@ -49,57 +51,74 @@ static int content_text(const cJSON *m, int i, char **out, size_t *len, char *er
     return 0;
 }
 
-/* Renders messages with the server's template and tokenizes them into p->prompts[0]. */
-static int parse_messages(const cJSON *msgs, const struct api_engine *e, const struct http_server *srv,
-                          struct job_params *p, char *err, size_t errlen)
+/* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
+ * (arguments a string, as the API sends them). Returns 0 or 400 with err. */
+static int check_tool_calls(const cJSON *m, int i, char *err, size_t errlen)
+{
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *tc;
+    if (!calls || cJSON_IsNull(calls)) return 0;
+    if (!cJSON_IsArray(calls)) return snprintf(err, errlen, "messages[%d].tool_calls must be an array", i), 400;
+    int k = 0;
+    cJSON_ArrayForEach(tc, calls)
+    {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !(cJSON_IsString(args) || cJSON_IsObject(args))) {
+            snprintf(err, errlen, "messages[%d].tool_calls[%d] must be {\"id\", \"type\": \"function\", \"function\": "
+                     "{\"name\", \"arguments\"}}", i, k);
+            return 400;
+        }
+        k++;
+    }
+    return 0;
+}
+
+/* Checks one message: an object with a known role, its tool_calls and its content. */
+static int check_message(const cJSON *m, int i, char *err, size_t errlen)
+{
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+        return snprintf(err, errlen, "messages[%d] must be an object with a string 'role'", i), 400;
+    const char *r = role->valuestring; /* "developer" (the newer name of "system") the template gets as system */
+    if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user") && strcmp(r, "assistant") &&
+        strcmp(r, "tool"))
+        return snprintf(err, errlen, "messages[%d].role '%s' is not supported (system, developer, user, assistant, tool)",
+                        i, r), 400;
+    int code = check_tool_calls(m, i, err, errlen);
+    char *text = NULL;
+    size_t len;
+    if (!code) code = content_text(m, i, &text, &len, err, errlen);
+    free(text);
+    return code;
+}
+
+static int check_messages(const cJSON *msgs, char *err, size_t errlen)
 {
     int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
-    if (n <= 0 || n > MAX_MESSAGES) {
-        snprintf(err, errlen, "'messages' must be an array of 1..%d messages", MAX_MESSAGES);
-        return 400;
-    }
-    struct chat_msg *cm = calloc((size_t)n, sizeof *cm);
-    char **texts = calloc((size_t)n, sizeof *texts);
-    int code = cm && texts ? 0 : 503;
-    if (code) snprintf(err, errlen, "out of memory");
-    int i = 0;
+    if (n <= 0 || n > MAX_MESSAGES)
+        return snprintf(err, errlen, "'messages' must be an array of 1..%d messages", MAX_MESSAGES), 400;
+    int i = 0, code = 0;
     const cJSON *m;
-    cJSON_ArrayForEach(m, msgs)
-    {
-        if (code) break;
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            snprintf(err, errlen, "messages[%d] must be an object with a string 'role'", i);
-            code = 400;
-            break;
-        }
-        const char *r = role->valuestring;
-        if (!strcmp(r, "developer")) r = "system"; /* the newer name of the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            snprintf(err, errlen, "messages[%d].role '%s' is not supported (system, developer, user, assistant)", i, r);
-            code = 400;
-            break;
-        }
-        if ((code = content_text(m, i, &texts[i], &cm[i].len, err, errlen))) break;
-        cm[i].role = r;
-        cm[i].content = texts[i];
-        i++;
-    }
-    if (!code) {
-        attnd_status st = chat_encode_json(e->tok, oai_chat_template(srv, e), msgs, NULL, true, &p->prompts[0], &p->n_prompt[0], err,
-                                           errlen);
-        if (st) code = st == ATTND_ERR_NOMEM ? 503 : 400;
-        else p->n_prompts = 1;
-        int n_ctx = sched_n_ctx(e->sched);
-        if (!code && p->n_prompt[0] > (size_t)n_ctx) {
-            snprintf(err, errlen, "the chat is %zu tokens; the context holds %d", p->n_prompt[0], n_ctx);
-            code = 400;
-        }
-    }
-    for (int k = 0; texts && k < n; k++) free(texts[k]);
-    free(texts);
-    free(cm);
+    cJSON_ArrayForEach(m, msgs) if ((code = check_message(m, i++, err, errlen))) break;
     return code;
+}
+
+/* Renders messages (and tools, NULL: none) with the server's template and tokenizes them into
+ * p->prompts[0]. */
+static int parse_messages(const cJSON *msgs, const cJSON *tools, const struct api_engine *e,
+                          const struct http_server *srv, struct job_params *p, char *err, size_t errlen)
+{
+    int code = check_messages(msgs, err, errlen);
+    if (code) return code;
+    attnd_status st = chat_encode_json(e->tok, oai_chat_template(srv, e), msgs, tools, true, &p->prompts[0],
+                                       &p->n_prompt[0], err, errlen);
+    if (st) return st == ATTND_ERR_NOMEM ? 503 : 400;
+    p->n_prompts = 1;
+    int n_ctx = sched_n_ctx(e->sched);
+    if (p->n_prompt[0] > (size_t)n_ctx)
+        return snprintf(err, errlen, "the chat is %zu tokens; the context holds %d", p->n_prompt[0], n_ctx), 400;
+    return 0;
 }
 
 /* ==============================================================================================
@@ -107,9 +126,32 @@ static int parse_messages(const cJSON *msgs, const struct api_engine *e, const s
  * ============================================================================================== */
 
 struct chat_seen {
-    const cJSON *msgs; /* read last: the template needs the whole body */
-    int top;           /* top_logprobs, or -1 */
+    const cJSON *msgs;  /* read last: the template needs the whole body */
+    int top;            /* top_logprobs, or -1 */
+    const cJSON *tools; /* checked (tools.h) */
+    const cJSON *tool_choice;
 };
+
+static int read_tools(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (cJSON_IsArray(it) && !cJSON_GetArraySize(it)) return 0; /* no tools */
+    int code = oai_tools_check(it, err, errlen);
+    if (!code) ((struct chat_seen *)x->route)->tools = it;
+    return code;
+}
+
+static int read_tool_choice(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    ((struct chat_seen *)x->route)->tool_choice = it;
+    return 0;
+}
+
+static int read_parallel_tool_calls(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (!cJSON_IsBool(it)) return snprintf(err, errlen, "'parallel_tool_calls' must be true or false"), 400;
+    ((struct job_params *)x->dst)->tools_single = cJSON_IsFalse(it);
+    return 0;
+}
 
 static int read_messages(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
@@ -149,14 +191,6 @@ static int read_refused(const struct api_field_ctx *x, const cJSON *it, char *er
     return 400;
 }
 
-static int read_response_format(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(it, "type");
-    if (cJSON_IsString(t) && !strcmp(t->valuestring, "text")) return 0;
-    snprintf(err, errlen, "'response_format' other than {\"type\":\"text\"} is not supported by attnd");
-    return 400;
-}
-
 #define JP(f) offsetof(struct job_params, f)
 #define IGNORED(name) {name, FIELD_IGNORED, 0, 0, 0, FIELD_NO_GIVEN, NULL}
 #define REFUSED(name) {name, FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_refused}
@@ -168,41 +202,100 @@ static const struct api_field chat_fields[] = {
     {"n", FIELD_INT, JP(n), 1, 8, FIELD_NO_GIVEN, NULL},
     {"logprobs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_logprobs},
     {"top_logprobs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_top_logprobs},
-    {"response_format", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_response_format},
-    IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"), IGNORED("parallel_tool_calls"),
-    REFUSED("tools"), REFUSED("tool_choice"), REFUSED("functions"), REFUSED("function_call"), REFUSED("audio"),
+    {"tools", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tools},
+    {"tool_choice", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tool_choice},
+    {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_parallel_tool_calls},
+    IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"),
+    REFUSED("functions"), REFUSED("function_call"), REFUSED("audio"),
     REFUSED("modalities"), REFUSED("prediction"), REFUSED("web_search_options"),
     FIELD_END,
 };
 
 static const struct api_field *const chat_tables[] = {chat_fields, oai_common_fields, api_sampling_fields, NULL};
 
-/* Reads every field into p. Returns 0 or an HTTP status; *param names the field at fault. */
+/* Reads every field but the messages into p and seen, and the tool choice into use. Returns 0
+ * or an HTTP status; *param names the field at fault. */
+static int read_chat_fields(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
+                            struct chat_seen *seen, struct oai_tool_use *use, const char **param, char *err,
+                            size_t errlen)
+{
+    struct api_field_ctx x = {.c = c, .e = e, .root = root, .dst = p, .route = seen, .null_ok = true};
+    int code = api_fields_read(chat_tables, &x, param, err, errlen);
+    if (code) return code;
+    *param = "top_logprobs";
+    if (seen->top >= 0 && p->logprobs < 0) {
+        snprintf(err, errlen, "'top_logprobs' needs \"logprobs\": true");
+        return 400;
+    }
+    if (seen->top > 0) p->logprobs = seen->top;
+    *param = "tool_choice";
+    if ((code = oai_tool_choice(seen->tools, seen->tool_choice, use, err, errlen))) return code;
+    *param = "messages";
+    if (!seen->msgs) return snprintf(err, errlen, "'messages' is required"), 400;
+    return 0;
+}
+
 static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct job_params *p,
                       const char **param, char *err, size_t errlen)
 {
     struct chat_seen seen = {.top = -1};
-    struct api_field_ctx x = {.c = c, .e = e, .root = root, .dst = p, .route = &seen, .null_ok = true};
-    int code = api_fields_read(chat_tables, &x, param, err, errlen);
+    struct oai_tool_use use;
+    int code = read_chat_fields(c, e, root, p, &seen, &use, param, err, errlen);
     if (code) return code;
-    *param = "top_logprobs";
-    if (seen.top >= 0 && p->logprobs < 0) {
-        snprintf(err, errlen, "'top_logprobs' needs \"logprobs\": true");
-        return 400;
+    if ((code = parse_messages(seen.msgs, use.render ? seen.tools : NULL, e, c->srv, p, err, errlen))) return code;
+    *param = "tool_choice";
+    return oai_tools_apply(oai_chat_template(c->srv, e), &use, p, err, errlen);
+}
+
+/* POST /apply-template: the body's chat rendered with the template, as text. */
+static int render_text(struct api_conn *c, const struct api_engine *e, const cJSON *root, struct chat_prompt *out,
+                       const char **param, char *err, size_t errlen)
+{
+    struct job_params p;
+    oai_params_init(&p);
+    struct chat_seen seen = {.top = -1};
+    struct oai_tool_use use;
+    int code = read_chat_fields(c, e, root, &p, &seen, &use, param, err, errlen);
+    job_params_free(&p);
+    if (!code) code = check_messages(seen.msgs, err, errlen);
+    if (code) return code;
+    attnd_status st = chat_render_vocab(e->tok, oai_chat_template(c->srv, e), seen.msgs, use.render ? seen.tools : NULL,
+                                        true, out, err, errlen);
+    return st ? (st == ATTND_ERR_NOMEM ? 503 : 400) : 0;
+}
+
+enum MHD_Result oai_apply_template(struct api_conn *c)
+{
+    enum MHD_Result ret;
+    cJSON *root = oai_parse_body(c, &ret);
+    if (!root) return ret;
+    struct api_engine e;
+    if (!api_engine_acquire(c->srv, &e)) {
+        cJSON_Delete(root);
+        return oai_error(c, 503, NULL, NULL, "no model is loaded");
     }
-    if (seen.top > 0) p->logprobs = seen.top;
-    *param = "messages";
-    if (!seen.msgs) {
-        snprintf(err, errlen, "'messages' is required");
-        return 400;
+    struct chat_prompt out = {0};
+    char err[512] = "", pbuf[64] = "";
+    const char *param = NULL;
+    int code = render_text(c, &e, root, &out, &param, err, sizeof err);
+    api_engine_release(c->srv);
+    if (param) snprintf(pbuf, sizeof pbuf, "%s", param); /* param points into root */
+    cJSON_Delete(root);
+    if (code) return oai_error(c, code, param ? pbuf : NULL, NULL, "%s", err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *s = o ? cJSON_AddStringToObject(o, "prompt", out.text ? out.text : "") : NULL;
+    chat_prompt_free(&out);
+    if (!s) {
+        cJSON_Delete(o);
+        return oai_error(c, 503, NULL, NULL, "out of memory");
     }
-    return parse_messages(seen.msgs, e, c->srv, p, err, errlen);
+    return api_respond_json(c, 200, o);
 }
 
 int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const cJSON *msgs, struct job_params *p, char *err,
                     size_t errlen)
 {
-    return parse_messages(msgs, e, c->srv, p, err, errlen);
+    return parse_messages(msgs, NULL, e, c->srv, p, err, errlen);
 }
 
 enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, &oai_chat_render, parse_chat); }

@@ -12,6 +12,10 @@
  * non-streamed answer is ready). Every refusal goes through oai_error(). */
 enum MHD_Result oai_chat(struct api_conn *c);
 
+/* POST /apply-template (llama-server's name): a chat/completions body in, {"prompt": "..."} out,
+ * the text the model reads (the template applied, tools included unless tool_choice is none). */
+enum MHD_Result oai_apply_template(struct api_conn *c);
+
 struct cJSON;
 struct job_params;
 

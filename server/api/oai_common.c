@@ -14,8 +14,10 @@
 #include "attnd/model.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
+#include "attnd/toolcall.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/oai_tools.h"
 
 #define PIECE_CAP 512 /* one token's text */
 
@@ -89,7 +91,13 @@ static int read_logit_bias(const struct api_field_ctx *x, const cJSON *it, char 
     return 400;
 }
 
+static int read_response_format(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    return oai_response_format(it, x->dst, err, errlen);
+}
+
 const struct api_field oai_common_fields[] = {
+    {"response_format", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_response_format},
     {"stream", FIELD_BOOL, offsetof(struct job_params, stream), 0, 0, FIELD_NO_GIVEN, NULL},
     {"stream_options", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_stream_options},
     {"logit_bias", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_logit_bias},
@@ -286,8 +294,67 @@ static void put_chunk(struct api_job *j, struct job_choice *c, const char *text,
     api_buf_puts(b, "}\n\n");
 }
 
+/* ---- tool calls: the answer is held back and parsed at its end --------------------------------- */
+
+/* Parses choice c's text for tool calls in the job's format (none: n_calls 0, content the text). */
+static attnd_status tool_calls_of(const struct api_job *j, const struct job_choice *c, struct toolcall_result *r)
+{
+    attnd_status st = toolcall_parse(j->tool_format, c->text.p ? c->text.p : "", c->text.len, r);
+    if (!st && j->tools_single && r->n_calls > 1) { /* parallel_tool_calls false: the first call only */
+        for (size_t i = 1; i < r->n_calls; i++) free(r->calls[i].name), free(r->calls[i].arguments), free(r->calls[i].id);
+        r->n_calls = 1;
+    }
+    return st;
+}
+
+/* [{"index"?,"id","type":"function","function":{"name","arguments"}}...] */
+static void put_tool_calls(struct api_buf *b, const struct toolcall_result *r, bool indexed)
+{
+    api_buf_puts(b, "[");
+    for (size_t i = 0; i < r->n_calls; i++) {
+        const struct toolcall *t = &r->calls[i];
+        api_buf_puts(b, i ? ",{" : "{");
+        if (indexed) api_buf_printf(b, "\"index\":%zu,", i);
+        api_buf_puts(b, "\"id\":");
+        api_buf_json_str(b, t->id, strlen(t->id));
+        api_buf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        api_buf_json_str(b, t->name, strlen(t->name));
+        api_buf_puts(b, ",\"arguments\":");
+        api_buf_json_str(b, t->arguments, strlen(t->arguments));
+        api_buf_puts(b, "}}");
+    }
+    api_buf_puts(b, "]");
+}
+
+/* The end of a held-back choice: its content, its calls as one delta, the finish. */
+static void stream_tool_end(struct api_job *j, struct job_choice *c)
+{
+    struct toolcall_result r;
+    if (tool_calls_of(j, c, &r)) {
+        j->oom = true;
+        return;
+    }
+    if (r.content || !r.n_calls) put_chunk(j, c, r.content ? r.content : "", r.content ? strlen(r.content) : 0, 0, 0, NULL);
+    if (r.n_calls) {
+        struct api_buf *b = &j->sse.out;
+        api_buf_puts(b, "data: ");
+        put_head(b, j, true);
+        api_buf_printf(b, "{\"index\":%d,\"delta\":{%s\"tool_calls\":", c->index,
+                       c->started ? "" : "\"role\":\"assistant\",\"content\":null,");
+        put_tool_calls(b, &r, true);
+        api_buf_puts(b, "},\"logprobs\":null,\"finish_reason\":null}]");
+        if (j->include_usage) api_buf_puts(b, ",\"usage\":null");
+        api_buf_puts(b, "}\n\n");
+        c->started = true;
+        snprintf(c->finish, sizeof c->finish, "tool_calls");
+    }
+    put_chunk(j, c, NULL, 0, 0, 0, c->finish);
+    toolcall_result_free(&r);
+}
+
 static void stream_token(struct api_job *j, struct job_choice *c, const struct sched_event *ev, size_t i)
 {
+    if (j->tool_format) return; /* held back: the calls are parsed at the end */
     if (!ev->text_len && j->logprobs < 0) return;
     bool lp = j->logprobs >= 0;
     put_chunk(j, c, ev->text, ev->text_len, lp ? i : 0, lp ? i + 1 : 0, NULL);
@@ -299,6 +366,10 @@ static void stream_token(struct api_job *j, struct job_choice *c, const struct s
 
 static void stream_choice_end(struct api_job *j, struct job_choice *c, const struct sched_event *ev)
 {
+    if (j->tool_format) {
+        stream_tool_end(j, c);
+        return;
+    }
     if (ev->final_text_len) put_chunk(j, c, ev->final_text, ev->final_text_len, 0, 0, NULL);
     put_chunk(j, c, NULL, 0, 0, 0, c->finish);
 }
@@ -326,14 +397,36 @@ static void stream_error(struct api_job *j)
  * Whole answers (connection thread, every choice done)
  * ============================================================================================== */
 
+/* "message":{"role","content","tool_calls"?,"refusal"} of a chat choice; *finish gets
+ * "tool_calls" where the answer made calls. */
+static void put_message(struct api_buf *b, const struct api_job *j, const struct job_choice *c, const char **finish)
+{
+    struct toolcall_result r = {0};
+    const char *text = c->text.p ? c->text.p : "";
+    size_t len = c->text.len;
+    if (j->tool_format) {
+        if (tool_calls_of(j, c, &r)) b->oom = true;
+        text = r.content, len = r.content ? strlen(r.content) : 0;
+    }
+    api_buf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+    if (text || !r.n_calls) api_buf_json_str(b, text ? text : "", len);
+    else api_buf_puts(b, "null");
+    if (r.n_calls) {
+        api_buf_puts(b, ",\"tool_calls\":");
+        put_tool_calls(b, &r, false);
+        *finish = "tool_calls";
+    }
+    api_buf_puts(b, ",\"refusal\":null},");
+    toolcall_result_free(&r);
+}
+
 static void put_choice(struct api_buf *b, const struct api_job *j, const struct job_choice *c)
 {
     api_buf_printf(b, "%s{\"index\":%d,", c->index ? "," : "", c->index);
     const char *text = c->text.p ? c->text.p : "";
+    const char *finish = c->finish;
     if (is_chat(j)) {
-        api_buf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
-        api_buf_json_str(b, text, c->text.len);
-        api_buf_puts(b, ",\"refusal\":null},");
+        put_message(b, j, c, &finish);
     } else {
         api_buf_puts(b, "\"text\":");
         api_buf_json_str(b, text, c->text.len);
@@ -343,7 +436,7 @@ static void put_choice(struct api_buf *b, const struct api_job *j, const struct 
     if (j->logprobs < 0) api_buf_puts(b, "null");
     else if (!is_chat(j)) put_text_lps(b, j, c, 0, c->n_toks, c->text_off);
     else put_chat_lps(b, j, c, 0, c->n_toks);
-    api_buf_printf(b, ",\"finish_reason\":\"%s\"}", c->finish);
+    api_buf_printf(b, ",\"finish_reason\":\"%s\"}", finish);
 }
 
 static void whole(struct api_buf *b, const struct api_job *j)

@@ -50,8 +50,8 @@ typedef int (*oai_parse_fn)(struct api_conn *c, const struct api_engine *e, cons
  * render's shape. */
 enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, oai_parse_fn parse);
 
-/* The rows both routes read the same way: stream, stream_options, logit_bias (only {}), model
- * and user (ignored). */
+/* The rows the routes read the same way: response_format (oai_tools.h), stream,
+ * stream_options, logit_bias (only {}), model and user (ignored). */
 extern const struct api_field oai_common_fields[];
 
 /* The chat template family chat requests use: --chat-template, else the model file's. */

@@ -10,6 +10,7 @@
 #include "server/api/fields.h"
 #include "server/api/oai_chat.h"
 #include "server/api/oai_common.h"
+#include "server/api/oai_tools.h"
 
 /* ==============================================================================================
  * The input, as chat messages
@@ -127,14 +128,13 @@ static int read_instructions(const struct api_field_ctx *x, const cJSON *it, cha
     return 0;
 }
 
-/* text: {"format": {"type": "text"}} only (structured output comes with the grammar engine) */
+/* text: {"format": {"type": "text" | "json_object" | "json_schema", ...}} */
 static int read_text(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(it, "format");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(fmt, "type");
-    if (cJSON_IsObject(it) && (!fmt || (cJSON_IsString(type) && !strcmp(type->valuestring, "text")))) return 0;
-    snprintf(err, errlen, "'text.format' other than {\"type\":\"text\"} is not supported by attnd yet");
-    return 400;
+    if (!cJSON_IsObject(it) || (fmt && !cJSON_IsObject(fmt)))
+        return snprintf(err, errlen, "'text' must be {\"format\": {\"type\": ...}}"), 400;
+    return fmt ? oai_response_format(fmt, x->dst, err, errlen) : 0;
 }
 
 static int read_refused(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)

@@ -2,7 +2,8 @@
  * OpenAI provider and LangChain's useResponsesApi call): `input` (a string or messages) and
  * `instructions` rendered with the model's chat template, one output message, whole or as the
  * API's numbered stream events (response.created ... response.output_text.delta ...
- * response.completed). Tools and text.format other than text are refused for now. */
+ * response.completed); text.format json_object / json_schema hold the answer to the schema.
+ * Tools are refused for now. */
 #ifndef ATTND_API_OAI_RESPONSES_H
 #define ATTND_API_OAI_RESPONSES_H
 

@@ -23,6 +23,7 @@ const struct api_route api_routes[] = {
     {"/v1/chat/completions", NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_chat},
     {"/v1/completions",      NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_completions},
     {"/v1/responses",        NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_responses},
+    {"/apply-template",      NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_apply_template},
     {"/v1/activations",      NULL,        "POST",      ROUTE_ENGINE,               api_activations},
     {"/attention",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_attention},
     {"/logit_lens",          NULL,        "GET, HEAD", ROUTE_ENGINE,               api_logit_lens},

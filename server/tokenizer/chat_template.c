@@ -23,6 +23,7 @@
 #include "attnd/gguf.h"
 #include "attnd/log.h"
 #include "attnd/tokenizer.h"
+#include "attnd/toolcall.h"
 
 #define MAX_TEMPLATE_FILE ((long)4 << 20)
 #define CACHE_SLOTS 32
@@ -30,6 +31,7 @@
 struct chat_tmpl {
     jinja_tpl *main, *tools; /* tools: the tool_use variant, or NULL */
     char *what;
+    enum toolcall_format tool_format; /* the format its tool calls are rendered in (toolcall.h) */
 };
 
 /* ---- built-in templates ---------------------------------------------------------------------- */
@@ -39,9 +41,21 @@ static const char *const g_names[CHAT_FAMILY_COUNT] = {"chatml", "llama3", "mist
 /* The families' published formats. Mistral (v0.1) and Gemma refuse a system role; here it is
  * put before the first user message's text, separated by "\n\n". */
 static const char *const g_builtin[CHAT_FAMILY_COUNT] = {
-    [CHAT_CHATML] = "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + "
-                    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                    "{%- endif %}",
+    /* with tools: a system turn listing them and asking for <tool_call> JSON, as Qwen2.5's does */
+    [CHAT_CHATML] = "{%- if tools %}{{ '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+                    "{{ (messages[0]['content'] or '') + '\\n\\n' }}{%- endif %}"
+                    "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+                    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+                    "{%- for t in tools %}{{ '\\n' + (t | tojson) }}{%- endfor %}"
+                    "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+                    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+                    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{%- endif %}"
+                    "{%- for m in messages %}{%- if not (tools and loop.first and m['role'] == 'system') %}"
+                    "{{ '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') }}"
+                    "{%- for c in m['tool_calls'] or [] %}{{ '<tool_call>\\n{\"name\": \"' + c['function']['name'] + "
+                    "'\", \"arguments\": ' + (c['function']['arguments'] | tojson) + '}\\n</tool_call>' }}{%- endfor %}"
+                    "{{ '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+                    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}",
     [CHAT_LLAMA3] = "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
                     "'<|end_header_id|>\\n\\n' + (m['content'] or '') | trim + '<|eot_id|>' }}{%- endfor %}"
                     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
@@ -90,6 +104,8 @@ attnd_status chat_tmpl_create(const char *src, size_t len, const char *tool_src,
     }
     attnd_status st = jinja_parse(src, len, &t->main, err, errlen);
     if (!st && tool_src) st = jinja_parse(tool_src, tool_len, &t->tools, err, errlen);
+    t->tool_format = tool_src ? toolcall_format_for_template(tool_src) : TOOLCALL_NONE;
+    if (!t->tool_format) t->tool_format = toolcall_format_for_template(src);
     if (st) {
         chat_tmpl_destroy(t);
         return st;
@@ -110,6 +126,11 @@ void chat_tmpl_destroy(struct chat_tmpl *t)
 const char *chat_tmpl_describe(const struct chat_tmpl *t)
 {
     return t ? t->what : "none";
+}
+
+enum toolcall_format chat_tmpl_tool_format(const struct chat_tmpl *t)
+{
+    return t ? t->tool_format : TOOLCALL_NONE;
 }
 
 struct slot {
@@ -585,17 +606,24 @@ static attnd_status encode_prompt(const struct tokenizer *tok, const struct chat
     return st;
 }
 
+attnd_status chat_render_vocab(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
+                               const cJSON *tools, bool add_generation_prompt, struct chat_prompt *out, char *err,
+                               size_t errlen)
+{
+    char bos_buf[128], eos_buf[128];
+    const char *bos = piece_text(tok, tok_bos(tok), bos_buf, sizeof bos_buf);
+    const char *eos = piece_text(tok, tok_eos(tok), eos_buf, sizeof eos_buf);
+    return chat_render(t, messages, tools, add_generation_prompt, bos, eos, out, err, errlen);
+}
+
 attnd_status chat_encode_json(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
                               const cJSON *tools, bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err,
                               size_t errlen)
 {
     *ids = NULL;
     *n_ids = 0;
-    char bos_buf[128], eos_buf[128];
-    const char *bos = piece_text(tok, tok_bos(tok), bos_buf, sizeof bos_buf);
-    const char *eos = piece_text(tok, tok_eos(tok), eos_buf, sizeof eos_buf);
     struct chat_prompt p;
-    attnd_status st = chat_render(t, messages, tools, add_generation_prompt, bos, eos, &p, err, errlen);
+    attnd_status st = chat_render_vocab(tok, t, messages, tools, add_generation_prompt, &p, err, errlen);
     if (st) return st;
     struct idv d = {0};
     st = encode_prompt(tok, &p, &d);

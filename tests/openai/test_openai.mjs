@@ -6,6 +6,8 @@
 // Usage: node test_openai.mjs ATTND MODEL.gguf     (exit 0 pass, 1 fail)
 import { spawn, execFileSync } from "node:child_process";
 import OpenAI from "openai";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { z } from "zod";
 
 const [attnd, modelPath] = process.argv.slice(2);
 let failures = 0, checks = 0;
@@ -225,6 +227,41 @@ try {
   for await (const ch of cs) for (const x of ch.choices) { ctext += x.text; cfin = x.finish_reason ?? cfin; }
   check(ctext === gref.text && cfin === "length", "streamed completion == whole", [ctext, cfin]);
 
+  // ---- tools: a forced call, its arguments held to the tool's schema, the answer sent back ---------
+  const weather = { type: "function", function: { name: "get_weather", description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 },
+      unit: { enum: ["celsius", "fahrenheit"] } }, required: ["city", "unit"], additionalProperties: false } } };
+  const argsOk = (a) => a && typeof a.city === "string" && [...a.city].length <= 20 && ["celsius", "fahrenheit"].includes(a.unit) &&
+    Object.keys(a).length === 2;
+  const called = await client.chat.completions.create({ model, messages, tools: [weather], tool_choice: "required", max_tokens: 120 });
+  const call = called.choices[0].message.tool_calls?.[0];
+  check(called.choices[0].finish_reason === "tool_calls" && call && call.type === "function" &&
+    call.function.name === "get_weather" && /^call_/.test(call.id), "tools: a forced call", called.choices[0]);
+  let parsedArgs = null;
+  try { parsedArgs = JSON.parse(call.function.arguments); } catch { /* checked below */ }
+  check(argsOk(parsedArgs), "tools: arguments are JSON that fits the schema", call?.function?.arguments);
+  const back = await client.chat.completions.create({ model, max_tokens: 8, ...greedy, tools: [weather], messages: [...messages,
+    called.choices[0].message, { role: "tool", tool_call_id: call.id, content: "18 C, sunny" }] });
+  check(back.choices[0].message.role === "assistant" && typeof back.choices[0].message.content === "string",
+    "tools: the call and its answer go back in the history", back.choices[0]);
+  // streamed: the client's own helper assembles the tool-call deltas
+  const tstream = client.chat.completions.stream({ model, messages, tools: [weather],
+    tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 120 });
+  const final = await tstream.finalChatCompletion();
+  const scall = final.choices[0].message.tool_calls?.[0];
+  let sargs = null;
+  try { sargs = JSON.parse(scall.function.arguments); } catch { /* checked below */ }
+  check(final.choices[0].finish_reason === "tool_calls" && scall?.function?.name === "get_weather" && argsOk(sargs),
+    "tools streamed: assembled by the client", final.choices[0]);
+  // structured output: zodResponseFormat and .parse()
+  // (no string lengths: JSON Schema counts code points, zod UTF-16 units, and this random model writes astral ones)
+  const Person = z.object({ name: z.enum(["Ann", "Bob", "Cy"]), age: z.number().int().min(0).max(120),
+    tags: z.array(z.boolean()).max(3) });
+  const parsed = await client.chat.completions.parse({ model, messages, max_tokens: 200,
+    response_format: zodResponseFormat(Person, "person") });
+  const person = parsed.choices[0].message.parsed;
+  check(person && Person.safeParse(person).success, "zodResponseFormat: .parse() gives a valid object", parsed.choices[0].message);
+
   // ---- bad requests surface as the client's own error types ---------------------------------------
   async function expectBad(params, api, field) {
     try {
@@ -237,10 +274,10 @@ try {
     }
   }
   await expectBad({ model, messages, n: 9 }, "chat", "n");
-  await expectBad({ model, messages, tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, "chat", "tools");
-  await expectBad({ model, messages, response_format: { type: "json_object" } }, "chat", "response_format");
+  await expectBad({ model, messages, tools: [{ type: "function", function: { name: "no spaces", parameters: {} } }] }, "chat", "tools");
+  await expectBad({ model, messages, response_format: { type: "yaml" } }, "chat", "response_format");
   await expectBad({ model, messages, logit_bias: { 42: 5 } }, "chat", "logit_bias");
-  await expectBad({ model, messages: [{ role: "tool", content: "x" }] }, "chat", "messages");
+  await expectBad({ model, messages: [{ role: "robot", content: "x" }] }, "chat", "messages");
   await expectBad({ model, prompt, suffix: "end" }, "text", "suffix");
   await expectBad({ model, prompt, logprobs: 6 }, "text", "logprobs");
   // errors answered before the route runs (here the method; size, key and loading go through the same
