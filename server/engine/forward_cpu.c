@@ -17,6 +17,10 @@
  *   3. logits = RMSNorm(x) * output_norm · Woutᵀ for the rows asked for   // (rows, V)   logits()
  * The matrix products read each weight once per step for all T tokens; products and attention
  * are split over the thread pool.
+ *
+ * Interventions and captures (intervene.h): a step holding a sequence with any runs each layer
+ * as intervened_layer(), the same blocks with hooks between them (resid_pre, z, attn_out,
+ * mlp_out, resid_post) that touch that sequence's rows only; a plain step pays one branch a layer.
  */
 #include "server/engine/forward_cpu.h"
 
