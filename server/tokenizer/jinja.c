@@ -3494,6 +3494,26 @@ static bool ev_args(struct rs *R, struct frame *F, const struct expr *e, struct 
     return !R->st;
 }
 
+/* A macro's varargs (positional arguments past its parameters) and kwargs (keyword arguments
+ * none of its parameters takes), as jinja2 binds them. */
+static void bind_extras(struct rs *R, struct frame *F, const struct node *d, const struct av *a, int na)
+{
+    struct lb va = {.R = R};
+    val kw = dict_new(R, V_DICT);
+    int pos = 0;
+    for (int k = 0; k < na && !R->st; k++) {
+        if (!a[k].kw) {
+            if (pos++ >= d->nparams) lb_push(&va, a[k].v);
+            continue;
+        }
+        bool named = false;
+        for (int i = 0; i < d->nparams && !named; i++) named = a[k].kwn == d->params[i].n && !memcmp(a[k].kw, d->params[i].name, a[k].kwn);
+        if (!named && kw.t == V_DICT) dict_set(R, kw.u.d, vlit(a[k].kw, a[k].kwn), a[k].v, true);
+    }
+    frame_set(R, F, "varargs", 7, lb_val(&va, 1));
+    frame_set(R, F, "kwargs", 6, kw);
+}
+
 static val call_macro(struct rs *R, struct macro *m, const struct av *a, int na, struct macro *caller)
 {
     const struct node *d = m->def;
@@ -3512,6 +3532,7 @@ static val call_macro(struct rs *R, struct macro *m, const struct av *a, int na,
         val x = v ? *v : p->def ? ev(R, F, p->def) : undef_hint(R, "parameter '%.*s' was not provided", (int)p->n, p->name);
         frame_set(R, F, p->name, p->n, x);
     }
+    bind_extras(R, F, d, a, na);
     if (caller) frame_set(R, F, "caller", 6, (val){.t = V_MACRO, .u.m = caller});
     struct sb b = {.R = R}, *saved = R->out;
     sb_put(&b, "", 0);
@@ -3795,11 +3816,13 @@ static int ex_for(struct rs *R, struct frame *F, const struct node *n)
     struct loopst *lp = ralloc(R, sizeof *lp);
     if (!lp) return X_OK;
     *lp = (struct loopst){items.u.l, 0};
-    for (size_t i = 0; i < items.u.l->n && step(R); i++) {
+    for (size_t i = 0; i < items.u.l->n && step(R); i++) { /* each iteration is a scope of its own, as in jinja2 */
+        struct frame *IF = frame_new(R, F);
+        if (!IF) break;
         lp->i = i;
-        frame_set(R, LF, "loop", 4, (val){.t = V_LOOP, .u.lp = lp});
-        assign(R, LF, n->tgt, items.u.l->v[i]);
-        if (ex_list(R, LF, n->body) == X_BREAK) break;
+        frame_set(R, IF, "loop", 4, (val){.t = V_LOOP, .u.lp = lp});
+        assign(R, IF, n->tgt, items.u.l->v[i]);
+        if (ex_list(R, IF, n->body) == X_BREAK) break;
     }
     if (!items.u.l->n && n->alt) ex_list(R, LF, n->alt);
     return X_OK;
@@ -3811,13 +3834,14 @@ static val apply_chain(struct rs *R, struct frame *F, const struct expr *f, cons
     return R->st ? UNDEF : ev_filter(R, F, f, &x);
 }
 
-/* Renders body into a string value. */
+/* Renders body into a string value, in a scope of its own (sets inside do not leak, as in jinja2). */
 static val capture(struct rs *R, struct frame *F, const struct node *body)
 {
     struct sb b = {.R = R}, *saved = R->out;
+    struct frame *S = frame_new(R, F);
     sb_put(&b, "", 0);
     R->out = &b;
-    ex_list(R, F, body);
+    if (S) ex_list(R, S, body);
     R->out = saved;
     return sb_val(&b);
 }
