@@ -3234,7 +3234,7 @@ static val f_misc(struct rs *R, const char *name, size_t n, const val *in, const
         if (!iter_list(R, in, &items)) return UNDEF;
         struct lb b = {.R = R};
         for (size_t i = items.u.l->n; i-- > 0;) lb_push(&b, items.u.l->v[i]);
-        return lb_val(&b, false);
+        return lb_val(&b, 2); /* reversed(): an iterator in jinja2 */
     }
     if (IS("abs")) {
         if (in->t == V_FLOAT) return vfloat(fabs(in->u.f));
@@ -3315,7 +3315,7 @@ static val py_format(struct rs *R, const val *fmt, const val *args)
         else if (c == 'f') snprintf(buf, sizeof buf, "%.*f", prec < 0 ? 6 : prec, num_f(x)), sb_puts(&b, buf);
         else snprintf(buf, sizeof buf, "%" PRId64, x->t == V_FLOAT ? (int64_t)x->u.f : num_i(x)), sb_puts(&b, buf);
     }
-    if (!R->st && used < n_items && !(args->t == V_DICT))
+    if (!R->st && used < n_items && args->t != V_DICT && !(args->t == V_LIST && args->tuple != 1)) /* Python lets a mapping-like pass */
         fail(R, ATTND_ERR_INVALID, "TypeError: not all arguments converted during string formatting");
     return sb_val(&b);
 }
