@@ -1,8 +1,8 @@
 /* test_jinja.c - the Jinja engine against hostile templates: unbounded recursion, huge loops,
  * megabyte and exponential outputs, deep nesting (of blocks, parentheses, operator chains,
  * filter chains and values), quadratic scans and sorts, memory hogs, and malformed sources.
- * Each must end with an error status and a message, quickly (every case under 3 s, ASan
- * included), never a crash or a hang. Also: raise_exception's message and flag, the caps given
+ * Each must end with an error status and a message, quickly (here: under 0.5 s each, under
+ * 2 s with ASan; the check allows 10 s for loaded machines), never a crash or a hang. Also: raise_exception's message and flag, the caps given
  * in jinja_opts, and the data spans of the output. (Rendering real templates byte for byte as
  * jinja2 does is tests/integration/test_chat_templates.py.) */
 #include "attnd/jinja.h"
@@ -51,7 +51,7 @@ static void hostile(const char *what, const char *src, size_t len, attnd_status 
     size_t n = 0;
     attnd_status st = run(src, len, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", NULL, err, sizeof err, &n, &secs);
     T_CHECK(st == want && err[0], "%s: want status %d with a message, got %d (%s; %zu bytes out)", what, want, st, err, n);
-    T_CHECK(secs < 3.0, "%s: took %.2f s", what, secs);
+    T_CHECK(secs < 10.0, "%s: took %.2f s", what, secs);
 }
 
 /* s repeated n times between head and tail, malloc'd. */
