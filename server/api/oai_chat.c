@@ -292,10 +292,10 @@ enum MHD_Result oai_apply_template(struct api_conn *c)
     return api_respond_json(c, 200, o);
 }
 
-int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const cJSON *msgs, struct job_params *p, char *err,
-                    size_t errlen)
+int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const cJSON *msgs, const cJSON *tools,
+                    struct job_params *p, char *err, size_t errlen)
 {
-    return parse_messages(msgs, NULL, e, c->srv, p, err, errlen);
+    return parse_messages(msgs, tools, e, c->srv, p, err, errlen);
 }
 
 enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, &oai_chat_render, parse_chat); }

@@ -19,10 +19,11 @@ enum MHD_Result oai_apply_template(struct api_conn *c);
 struct cJSON;
 struct job_params;
 
-/* Renders the chat messages msgs (an array in the chat API's shape) with the server's template
- * and tokenizes them into p->prompts[0] (the engine e is held). Returns 0 or an HTTP status with
- * the reason in err. For the routes that take a chat in another shape (/v1/responses). */
-int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const struct cJSON *msgs, struct job_params *p,
-                    char *err, size_t errlen);
+/* Renders the chat messages msgs (an array in the chat API's shape) and tools (checked, or NULL)
+ * with the server's template and tokenizes them into p->prompts[0] (the engine e is held).
+ * Returns 0 or an HTTP status with the reason in err. For the routes that take a chat in another
+ * shape (/v1/responses). */
+int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const struct cJSON *msgs, const struct cJSON *tools,
+                    struct job_params *p, char *err, size_t errlen);
 
 #endif

@@ -12,7 +12,7 @@ if (!base || !attnd || !modelPath) {
   console.error("usage: ATTND_BASE=http://127.0.0.1:PORT ATTND=attnd ATTND_MODEL=model.gguf node test_x.mjs");
   process.exit(1);
 }
-export const tools = process.env.ATTND_TEST_TOOLS === "1";
+export const tools = process.env.ATTND_TEST_TOOLS !== "0"; // the tool and structured-output tests (0: skip them)
 
 let failures = 0, checks = 0;
 export function check(cond, what, extra) {

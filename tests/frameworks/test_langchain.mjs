@@ -3,7 +3,7 @@
 // multi-turn history, stop strings) and on /v1/responses (useResponsesApi). Every greedy answer is
 // compared with /v1/generate on the prompt rendered by hand from the ChatML definition, and the
 // usage LangChain reports with the token counts attnd's native route gives.
-// With ATTND_TEST_TOOLS=1 it also runs the tool-calling and structured-output tests (bindTools,
+// It also runs the tool-calling (ATTND_TEST_TOOLS=0: not) and structured-output tests (bindTools,
 // withStructuredOutput), for when attnd has tools and response_format json_schema.
 // Usage: ATTND_BASE=... ATTND=... ATTND_MODEL=... node test_langchain.mjs   (exit 0 pass, 1 fail)
 import { ChatOpenAI } from "@langchain/openai";
@@ -123,9 +123,9 @@ async function responses(ref) {
   checkUsage(whole.usage_metadata, ref, "responses stream");
 }
 
-// ---- tools and structured output (ATTND_TEST_TOOLS=1; not in attnd yet) ----------------------------
+// ---- tools and structured output (skipped with ATTND_TEST_TOOLS=0) ----------------------------
 const weatherSchema = z.object({
-  city: z.string().describe("the city to look up"),
+  city: z.string().max(24).describe("the city to look up"),
   unit: z.enum(["celsius", "fahrenheit"]).describe("the temperature unit"),
 });
 const getWeather = tool(async ({ city, unit }) => `It is 21 degrees ${unit} in ${city}.`,
@@ -134,7 +134,7 @@ const getWeather = tool(async ({ city, unit }) => `It is 21 degrees ${unit} in $
 // one round trip: the model must call get_weather (toolChoice), its arguments must fit the schema,
 // the tool's result goes back as a tool message and the model answers in text
 async function testToolsRoundTrip(extra, toolChoice, what) {
-  const llm = chat({ maxTokens: 64, ...extra });
+  const llm = chat({ maxTokens: 200, ...extra });
   const question = [new SystemMessage("Use the tools."), new HumanMessage("What is the weather in Paris?")];
   rec.reset();
   const ai = await llm.bindTools([getWeather], { tool_choice: toolChoice }).invoke(question);
@@ -174,7 +174,7 @@ async function testToolsRoundTrip(extra, toolChoice, what) {
 }
 
 const personSchema = z.object({
-  name: z.string(),
+  name: z.string().max(20),
   age: z.number().int().min(0).max(150),
   languages: z.array(z.enum(["en", "fr", "de"])).max(3),
 });

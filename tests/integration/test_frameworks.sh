@@ -6,7 +6,7 @@
 # with /v1/generate on the same prompt (greedy, same tokens).
 #   ATTND             attnd binary (default build/release/attnd)
 #   SHARED            shared test data folder (default ../shared)
-#   ATTND_TEST_TOOLS  1: also the tool-calling and structured-output tests (not in attnd yet)
+#   ATTND_TEST_TOOLS  0: without the tool-calling and structured-output tests (run by default)
 # Exit 0 pass, 1 fail, 77 skip (no Node.js >= 20).
 set -euo pipefail
 
