@@ -30,7 +30,7 @@
 #define DEF_MAX_DEPTH 64
 #define DEF_MAX_MEMORY ((size_t)64 << 20)
 #define MAX_RANGE 100000 /* jinja2's sandbox refuses larger ranges */
-#define MAX_RDEPTH 1500  /* nested evaluations (expressions inside statements inside macros): bounds the C stack */
+#define MAX_RDEPTH 400   /* nested evaluations (expressions inside statements inside macros): bounds the C stack */
 #define MAX_VDEPTH 1000  /* nesting of a value that is printed, compared or serialised */
 
 /* =============================================================================================
