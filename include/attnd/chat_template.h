@@ -83,22 +83,26 @@ attnd_status chat_tmpl_get(const struct gguf *g, const char *file, int family, b
                            const struct chat_tmpl **out, char *err, size_t errlen);
 
 /* Renders messages (a cJSON array of message objects) and tools (NULL or a cJSON array) with t;
- * bos / eos: the texts given to the template as bos_token / eos_token (NULL: not defined).
+ * kwargs (NULL or an object): more variables for the template, as transformers'
+ * apply_chat_template(**kwargs) passes them (enable_thinking, reasoning_effort, ...; the names
+ * above always win); bos / eos: the texts given to the template as bos_token / eos_token (NULL:
+ * not defined).
  * Returns ATTND_OK and fills *out (free with chat_prompt_free), or ATTND_ERR_INVALID (not an
  * array, a message without a string role, or the template refused: err holds raise_exception's
  * message or the template's error), ATTND_ERR_RANGE (a render cap: 8 MiB of output, 256 MiB of
  * scratch, 50M steps) or ATTND_ERR_NOMEM, with
  * *out zeroed. */
-attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
-                         const char *bos, const char *eos, struct chat_prompt *out, char *err, size_t errlen);
+attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, const cJSON *kwargs,
+                         bool add_generation_prompt, const char *bos, const char *eos, struct chat_prompt *out, char *err,
+                         size_t errlen);
 /* Frees what chat_render allocated; zeroes *p. NULL or a zeroed prompt is fine. */
 void chat_prompt_free(struct chat_prompt *p);
 
 /* chat_render with bos_token / eos_token the texts of tok's BOS / EOS tokens: the prompt the model
  * reads, as text (POST /apply-template). */
 attnd_status chat_render_vocab(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
-                               const cJSON *tools, bool add_generation_prompt, struct chat_prompt *out, char *err,
-                               size_t errlen);
+                               const cJSON *tools, const cJSON *kwargs, bool add_generation_prompt,
+                               struct chat_prompt *out, char *err, size_t errlen);
 /* Renders (bos_token / eos_token from tok's vocabulary) and tokenizes: every control or
  * user-defined token text the template itself wrote becomes that token; all other text
  * (everything from the request included) is tokenized with special-token parsing off, so a
@@ -106,8 +110,8 @@ attnd_status chat_render_vocab(const struct tokenizer *tok, const struct chat_tm
  * did not write it. On success *ids is malloc'd (caller frees), *n_ids its length. Errors as
  * chat_render, plus tok_encode's. */
 attnd_status chat_encode_json(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
-                              const cJSON *tools, bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err,
-                              size_t errlen);
+                              const cJSON *tools, const cJSON *kwargs, bool add_generation_prompt, int32_t **ids,
+                              size_t *n_ids, char *err, size_t errlen);
 /* chat_encode_json for a plain chat msgs[0..n) (no tools). */
 attnd_status chat_encode(const struct tokenizer *tok, const struct chat_tmpl *t, const struct chat_msg *msgs, size_t n,
                          bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err, size_t errlen);

@@ -106,12 +106,12 @@ static int check_messages(const cJSON *msgs, char *err, size_t errlen)
 
 /* Renders messages (and tools, NULL: none) with the server's template and tokenizes them into
  * p->prompts[0]. */
-static int parse_messages(const cJSON *msgs, const cJSON *tools, const struct api_engine *e,
+static int parse_messages(const cJSON *msgs, const cJSON *tools, const cJSON *kwargs, const struct api_engine *e,
                           const struct http_server *srv, struct job_params *p, char *err, size_t errlen)
 {
     int code = check_messages(msgs, err, errlen);
     if (code) return code;
-    attnd_status st = chat_encode_json(e->tok, oai_chat_template(srv, e), msgs, tools, true, &p->prompts[0],
+    attnd_status st = chat_encode_json(e->tok, oai_chat_template(srv, e), msgs, tools, kwargs, true, &p->prompts[0],
                                        &p->n_prompt[0], err, errlen);
     if (st) return st == ATTND_ERR_NOMEM ? 503 : 400;
     p->n_prompts = 1;
@@ -130,7 +130,46 @@ struct chat_seen {
     int top;            /* top_logprobs, or -1 */
     const cJSON *tools; /* checked (tools.h) */
     const cJSON *tool_choice;
+    const cJSON *template_kwargs; /* chat_template_kwargs */
+    const char *effort;           /* reasoning_effort */
 };
+
+/* chat_template_kwargs: an object of variables for the template (vLLM's and llama.cpp's name) */
+static int read_template_kwargs(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(it)) return snprintf(err, errlen, "'chat_template_kwargs' must be an object"), 400;
+    ((struct chat_seen *)x->route)->template_kwargs = it;
+    return 0;
+}
+
+static int read_reasoning_effort(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+    for (size_t i = 0; cJSON_IsString(it) && i < sizeof efforts / sizeof efforts[0]; i++)
+        if (!strcmp(it->valuestring, efforts[i])) {
+            ((struct chat_seen *)x->route)->effort = efforts[i];
+            return 0;
+        }
+    return snprintf(err, errlen, "'reasoning_effort' must be none, minimal, low, medium or high"), 400;
+}
+
+/* The template's extra variables: chat_template_kwargs, and reasoning_effort both as itself and as
+ * the thinking switch templates such as Qwen3's read (enable_thinking: false for none and
+ * minimal); templates without either ignore them. A new object in *out, or NULL. */
+static int template_kwargs(const struct chat_seen *s, cJSON **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!s->template_kwargs && !s->effort) return 0;
+    cJSON *kw = s->template_kwargs ? cJSON_Duplicate(s->template_kwargs, 1) : cJSON_CreateObject();
+    if (kw && s->effort) {
+        bool think = strcmp(s->effort, "none") && strcmp(s->effort, "minimal");
+        if (!cJSON_HasObjectItem(kw, "reasoning_effort")) cJSON_AddStringToObject(kw, "reasoning_effort", s->effort);
+        if (!cJSON_HasObjectItem(kw, "enable_thinking")) cJSON_AddBoolToObject(kw, "enable_thinking", think);
+    }
+    if (!kw) return snprintf(err, errlen, "out of memory"), 503;
+    *out = kw;
+    return 0;
+}
 
 static int read_tools(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
@@ -205,6 +244,8 @@ static const struct api_field chat_fields[] = {
     {"tools", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tools},
     {"tool_choice", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tool_choice},
     {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_parallel_tool_calls},
+    {"chat_template_kwargs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_template_kwargs},
+    {"reasoning_effort", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_reasoning_effort},
     IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"),
     REFUSED("functions"), REFUSED("function_call"), REFUSED("audio"),
     REFUSED("modalities"), REFUSED("prediction"), REFUSED("web_search_options"),
@@ -242,7 +283,11 @@ static int parse_chat(struct api_conn *c, const struct api_engine *e, const cJSO
     struct oai_tool_use use;
     int code = read_chat_fields(c, e, root, p, &seen, &use, param, err, errlen);
     if (code) return code;
-    if ((code = parse_messages(seen.msgs, use.render ? seen.tools : NULL, e, c->srv, p, err, errlen))) return code;
+    cJSON *kw = NULL;
+    if (!(code = template_kwargs(&seen, &kw, err, errlen)))
+        code = parse_messages(seen.msgs, use.render ? seen.tools : NULL, kw, e, c->srv, p, err, errlen);
+    cJSON_Delete(kw);
+    if (code) return code;
     *param = "tool_choice";
     return oai_tools_apply(oai_chat_template(c->srv, e), &use, p, err, errlen);
 }
@@ -258,9 +303,12 @@ static int render_text(struct api_conn *c, const struct api_engine *e, const cJS
     int code = read_chat_fields(c, e, root, &p, &seen, &use, param, err, errlen);
     job_params_free(&p);
     if (!code) code = check_messages(seen.msgs, err, errlen);
+    cJSON *kw = NULL;
+    if (!code) code = template_kwargs(&seen, &kw, err, errlen);
     if (code) return code;
     attnd_status st = chat_render_vocab(e->tok, oai_chat_template(c->srv, e), seen.msgs, use.render ? seen.tools : NULL,
-                                        true, out, err, errlen);
+                                        kw, true, out, err, errlen);
+    cJSON_Delete(kw);
     return st ? (st == ATTND_ERR_NOMEM ? 503 : 400) : 0;
 }
 
@@ -295,7 +343,7 @@ enum MHD_Result oai_apply_template(struct api_conn *c)
 int oai_chat_prompt(struct api_conn *c, const struct api_engine *e, const cJSON *msgs, const cJSON *tools,
                     struct job_params *p, char *err, size_t errlen)
 {
-    return parse_messages(msgs, tools, e, c->srv, p, err, errlen);
+    return parse_messages(msgs, tools, NULL, e, c->srv, p, err, errlen);
 }
 
 enum MHD_Result oai_chat(struct api_conn *c) { return oai_route(c, &oai_chat_render, parse_chat); }

@@ -370,9 +370,13 @@ static attnd_status norm_messages(const cJSON *messages, cJSON **out, char *err,
     return ATTND_OK;
 }
 
-static cJSON *make_ctx(cJSON *msgs, const cJSON *tools, bool add_generation_prompt, const char *bos, const char *eos)
+static cJSON *make_ctx(cJSON *msgs, const cJSON *tools, const cJSON *kwargs, bool add_generation_prompt,
+                       const char *bos, const char *eos)
 {
-    cJSON *ctx = cJSON_CreateObject();
+    cJSON *ctx = cJSON_Duplicate(kwargs && cJSON_IsObject(kwargs) ? kwargs : NULL, 1);
+    if (!ctx) ctx = cJSON_CreateObject();
+    static const char *const own[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
+    for (size_t i = 0; ctx && i < sizeof own / sizeof own[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(ctx, own[i]);
     if (!ctx) {
         cJSON_Delete(msgs);
         return NULL;
@@ -392,8 +396,9 @@ oom:
     return NULL;
 }
 
-attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
-                         const char *bos, const char *eos, struct chat_prompt *out, char *err, size_t errlen)
+attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const cJSON *tools, const cJSON *kwargs,
+                         bool add_generation_prompt, const char *bos, const char *eos, struct chat_prompt *out, char *err,
+                         size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (!t) {
@@ -404,7 +409,7 @@ attnd_status chat_render(const struct chat_tmpl *t, const cJSON *messages, const
     attnd_status st = norm_messages(messages, &msgs, err, errlen);
     if (st) return st;
     bool has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
-    cJSON *ctx = make_ctx(msgs, tools, add_generation_prompt, bos, eos);
+    cJSON *ctx = make_ctx(msgs, tools, kwargs, add_generation_prompt, bos, eos);
     if (!ctx) {
         snprintf(err, errlen, "out of memory");
         return ATTND_ERR_NOMEM;
@@ -607,23 +612,23 @@ static attnd_status encode_prompt(const struct tokenizer *tok, const struct chat
 }
 
 attnd_status chat_render_vocab(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
-                               const cJSON *tools, bool add_generation_prompt, struct chat_prompt *out, char *err,
-                               size_t errlen)
+                               const cJSON *tools, const cJSON *kwargs, bool add_generation_prompt,
+                               struct chat_prompt *out, char *err, size_t errlen)
 {
     char bos_buf[128], eos_buf[128];
     const char *bos = piece_text(tok, tok_bos(tok), bos_buf, sizeof bos_buf);
     const char *eos = piece_text(tok, tok_eos(tok), eos_buf, sizeof eos_buf);
-    return chat_render(t, messages, tools, add_generation_prompt, bos, eos, out, err, errlen);
+    return chat_render(t, messages, tools, kwargs, add_generation_prompt, bos, eos, out, err, errlen);
 }
 
 attnd_status chat_encode_json(const struct tokenizer *tok, const struct chat_tmpl *t, const cJSON *messages,
-                              const cJSON *tools, bool add_generation_prompt, int32_t **ids, size_t *n_ids, char *err,
-                              size_t errlen)
+                              const cJSON *tools, const cJSON *kwargs, bool add_generation_prompt, int32_t **ids,
+                              size_t *n_ids, char *err, size_t errlen)
 {
     *ids = NULL;
     *n_ids = 0;
     struct chat_prompt p;
-    attnd_status st = chat_render_vocab(tok, t, messages, tools, add_generation_prompt, &p, err, errlen);
+    attnd_status st = chat_render_vocab(tok, t, messages, tools, kwargs, add_generation_prompt, &p, err, errlen);
     if (st) return st;
     struct idv d = {0};
     st = encode_prompt(tok, &p, &d);
@@ -662,7 +667,7 @@ attnd_status chat_encode(const struct tokenizer *tok, const struct chat_tmpl *t,
         if (m && !cJSON_AddItemToArray(arr, m)) cJSON_Delete(m), ok = false;
     }
     attnd_status st = ATTND_ERR_NOMEM;
-    if (ok) st = chat_encode_json(tok, t, arr, NULL, add_generation_prompt, ids, n_ids, err, errlen);
+    if (ok) st = chat_encode_json(tok, t, arr, NULL, NULL, add_generation_prompt, ids, n_ids, err, errlen);
     else snprintf(err, errlen, "out of memory");
     cJSON_Delete(arr);
     return st;

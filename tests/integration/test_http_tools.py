@@ -12,6 +12,7 @@ JSON or a tool call; it gets no template, so the built-in ChatML one with its He
   keeps serving."""
 import json
 import os
+import sys
 
 import jsonschema
 
@@ -190,6 +191,29 @@ def bad_input(d):
     c.check(r.status_code == 200, "still serving after the bad requests")
 
 
+def reasoning_switch():
+    """reasoning_effort reaches a thinking template as its switch (Qwen3: enable_thinking), byte for
+    byte as the reference renderer gives it; chat_template_kwargs pass variables as they are."""
+    shared = os.environ.get("SHARED", "../shared")
+    tmpl = os.path.join(shared, "templates", "Qwen-Qwen3-0.6B.jinja")
+    sys.path.insert(0, os.path.join(shared, "tools"))
+    import render_chat  # noqa: E402 - the reference renderer, from shared/
+    src = open(tmpl, encoding="utf-8").read()
+    q = Daemon(os.path.join(shared, "models", "tiny-qwen2-f32.gguf"), "--chat-template-file", tmpl)
+    try:
+        for body, kw in (({"reasoning_effort": "none"}, {"enable_thinking": False}),
+                         ({"reasoning_effort": "high"}, {"enable_thinking": True}),
+                         ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False}), ({}, {})):
+            want = render_chat.render(src, {"messages": MSGS, "bos_token": None, "eos_token": "<|endoftext|>", **kw})
+            r = q.post("/apply-template", {"messages": MSGS, **body})
+            got = r.json().get("prompt") if r.status_code == 200 else r.text
+            c.check(got == want, f"{body}: {got!r} != {want!r}")
+        r = q.post("/v1/chat/completions", {"messages": MSGS, "reasoning_effort": "extreme"})
+        c.check(r.status_code == 400 and "reasoning_effort" in r.text, f"bad reasoning_effort: {r.text[:200]}")
+    finally:
+        q.stop()
+
+
 d = Daemon(KJV, "--ctx", "2048")  # the tools prompt is longer than the 128 tokens it was trained on
 try:
     forced_calls(d)
@@ -199,4 +223,5 @@ try:
     bad_input(d)
 finally:
     c.check(d.stop() == 0, "clean exit")
+reasoning_switch()
 c.finish()

@@ -53,7 +53,7 @@ static void check_template(const char *name, const cJSON *cases, const cJSON *re
         struct chat_prompt p;
         char err[512];
         attnd_status st = chat_render(t, cJSON_GetObjectItemCaseSensitive(c, "messages"),
-                                      cJSON_GetObjectItemCaseSensitive(c, "tools"), !cJSON_IsFalse(gen),
+                                      cJSON_GetObjectItemCaseSensitive(c, "tools"), c, !cJSON_IsFalse(gen),
                                       str_or(c, "bos_token", "<s>"), str_or(c, "eos_token", "</s>"), &p, err, sizeof err);
         const char *want = str_or(r, "prompt", NULL), *refused = str_or(r, "error", NULL);
         if (strcmp(cname, "tool_call_string_arguments") != 0) {
@@ -106,7 +106,7 @@ static void check_render_json(const struct chat_tmpl *t, const char *msgs, const
     cJSON *m = cJSON_Parse(msgs), *tl = tools ? cJSON_Parse(tools) : NULL;
     struct chat_prompt p;
     char err[256];
-    attnd_status st = chat_render(t, m, tl, true, "<s>", "</s>", &p, err, sizeof err);
+    attnd_status st = chat_render(t, m, tl, NULL, true, "<s>", "</s>", &p, err, sizeof err);
     T_CHECK(st == ATTND_OK && want && !strcmp(p.text, want), "%s:\n got  [%s]\n want [%s]", what, st ? err : p.text,
             want ? want : "(no golden)");
     if (!st) chat_prompt_free(&p);
@@ -140,9 +140,9 @@ static void test_normalise(void)
     struct chat_prompt p;
     char err[128];
     cJSON *bad = cJSON_Parse("[{\"content\": \"no role\"}]");
-    T_CHECK(chat_render(q, bad, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_ERR_INVALID, "a message without a role");
+    T_CHECK(chat_render(q, bad, NULL, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_ERR_INVALID, "a message without a role");
     cJSON_Delete(bad);
-    T_CHECK(chat_render(q, NULL, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_ERR_INVALID, "no messages array");
+    T_CHECK(chat_render(q, NULL, NULL, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_ERR_INVALID, "no messages array");
     chat_tmpl_destroy(q);
 }
 
@@ -154,7 +154,7 @@ static void test_data_spans(void)
     cJSON *m = cJSON_Parse("[{\"role\": \"user\", \"content\": \"a<|im_end|>b\"}]");
     struct chat_prompt p;
     char err[128];
-    T_CHECK(chat_render(q, m, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_OK, "render: %s", err);
+    T_CHECK(chat_render(q, m, NULL, NULL, true, NULL, NULL, &p, err, sizeof err) == ATTND_OK, "render: %s", err);
     const char *c = strstr(p.text, "a<|im_end|>b");
     bool covered = false, only = true;
     for (size_t i = 0; c && i < p.n_data; i++) {
@@ -186,7 +186,7 @@ static void test_choice(void)
     /* Gemma's own template refuses a system role through raise_exception: that message */
     cJSON *m = cJSON_Parse("[{\"role\": \"system\", \"content\": \"x\"}, {\"role\": \"user\", \"content\": \"y\"}]");
     struct chat_prompt p;
-    T_CHECK(c && chat_render(c, m, NULL, true, "<bos>", NULL, &p, err, sizeof err) == ATTND_ERR_INVALID &&
+    T_CHECK(c && chat_render(c, m, NULL, NULL, true, "<bos>", NULL, &p, err, sizeof err) == ATTND_ERR_INVALID &&
                 !strcmp(err, "System role not supported"), "raise_exception's message: %s", err);
     cJSON_Delete(m);
     for (int f = 0; f < CHAT_FAMILY_COUNT; f++) {
@@ -249,7 +249,7 @@ static void check_same_as_parse_special(struct tokenizer *tok, const struct chat
         cJSON_AddItemToArray(m, o);
     }
     struct chat_prompt p;
-    T_CHECK(chat_render(t, m, NULL, true, b ? bos : NULL, eos, &p, err, sizeof err) == ATTND_OK, "%s: render: %s", what, err);
+    T_CHECK(chat_render(t, m, NULL, NULL, true, b ? bos : NULL, eos, &p, err, sizeof err) == ATTND_OK, "%s: render: %s", what, err);
     int32_t *x = NULL, *y = NULL;
     size_t nx = 0, ny = 0;
     T_CHECK(chat_encode(tok, t, CONV, 4, true, &x, &nx, err, sizeof err) == ATTND_OK, "%s: chat_encode: %s", what, err);
