@@ -681,6 +681,61 @@ static void lex_tag(struct lexer *L, bool block)
 static bool line_starting_at(const struct lexer *L, size_t pos) { return pos == 0 || L->s[pos - 1] == '\n'; }
 
 /* Text from L->pos up to the tag at i, with lstrip_blocks / `-` applied; then the tag. */
+/* The end of the whitespace-then-word w at s[p] (w followed by a space, '-' or '%'), or 0. */
+static size_t word_at(const struct lexer *L, size_t p, const char *w)
+{
+    while (p < L->n && is_sp(L->s[p])) p++;
+    size_t n = strlen(w);
+    if (p + n > L->n || memcmp(L->s + p, w, n)) return 0;
+    p += n;
+    return p < L->n && (is_sp(L->s[p]) || L->s[p] == '-' || L->s[p] == '%') ? p : 0;
+}
+
+/* The end of a tag's closing `%}` / `-%}` (minus: with the whitespace after it) from s[p]
+ * (spaces first), or 0. */
+static size_t tag_end_at(const struct lexer *L, size_t p, bool *minus, bool *plus)
+{
+    while (p < L->n && is_sp(L->s[p])) p++;
+    *plus = p + 2 < L->n && L->s[p] == '+' && L->s[p + 1] == '%' && L->s[p + 2] == '}';
+    *minus = p + 2 < L->n && L->s[p] == '-' && L->s[p + 1] == '%' && L->s[p + 2] == '}';
+    if (*minus || *plus) p += 3;
+    else if (p + 1 < L->n && L->s[p] == '%' && L->s[p + 1] == '}') p += 2;
+    else return 0;
+    if (*minus)
+        while (p < L->n && is_sp(L->s[p])) p++;
+    return p;
+}
+
+/* {% raw %}...{% endraw %} from L->pos (just past `{%` and its control sign): the text as it
+ * is, with jinja2's whitespace rules at both ends. Returns false when this is no raw tag. */
+static bool lex_raw(struct lexer *L)
+{
+    const char *s = L->s;
+    bool minus, plus;
+    size_t p = word_at(L, L->pos, "raw"), start = p ? tag_end_at(L, p, &minus, &plus) : 0;
+    if (!start || plus) return false; /* jinja2's raw begin takes `%}` or `-%}` only */
+    for (size_t i = start; i + 1 < L->n; i++) {
+        if (s[i] != '{' || s[i + 1] != '%') continue;
+        char ctl = i + 2 < L->n ? s[i + 2] : 0;
+        size_t w = word_at(L, i + 2 + (ctl == '-' || ctl == '+'), "endraw"), end = w ? tag_end_at(L, w, &minus, &plus) : 0;
+        if (!end) continue;
+        size_t te = i, l = i;
+        if (ctl == '-') {
+            while (te > start && is_sp(s[te - 1])) te--;
+        } else if (ctl != '+') { /* lstrip_blocks */
+            while (l > start && (s[l - 1] == ' ' || s[l - 1] == '\t')) l--;
+            if (l > start && s[l - 1] == '\n') te = l;
+        }
+        if (te > start) lex_push(L, T_TEXT, s + start, te - start);
+        if (!minus && !plus && end < L->n && s[end] == '\n') end++; /* trim_blocks */
+        lex_count_lines(L, L->pos, end);
+        L->pos = end;
+        return true;
+    }
+    lex_fail(L, "unexpected end of template: expected {%% endraw %%}");
+    return true;
+}
+
 static void lex_text_then_tag(struct lexer *L, size_t i, bool line_starting)
 {
     const char *s = L->s;
@@ -712,6 +767,7 @@ static void lex_text_then_tag(struct lexer *L, size_t i, bool line_starting)
         else if (!plus && L->pos < L->n && s[L->pos] == '\n') L->pos++, L->line++;
         return;
     }
+    if (kind == '%' && lex_raw(L)) return;
     lex_push(L, kind == '%' ? T_BBEGIN : T_VBEGIN, NULL, 0);
     lex_tag(L, kind == '%');
 }
