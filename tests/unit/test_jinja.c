@@ -2,9 +2,10 @@
  * megabyte and exponential outputs, deep nesting (of blocks, parentheses, operator chains,
  * filter chains and values), quadratic scans and sorts, memory hogs, and malformed sources.
  * Each must end with an error status and a message, quickly (here: under 0.5 s each, under
- * 2 s with ASan; the check allows 10 s for loaded machines), never a crash or a hang. Also: raise_exception's message and flag, the caps given
- * in jinja_opts, and the data spans of the output. (Rendering real templates byte for byte as
- * jinja2 does is tests/integration/test_chat_templates.py.) */
+ * 2 s with ASan; the check allows 10 s for loaded machines), never a crash or a hang. Also:
+ * raise_exception's message and flag, the caps given in jinja_opts, and the data spans of the
+ * output. (Rendering real templates byte for byte as jinja2 does is
+ * tests/integration/test_chat_templates.py.) */
 #include "attnd/jinja.h"
 
 #include "tests/unit/testutil.h"
