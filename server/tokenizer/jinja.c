@@ -509,7 +509,7 @@ static int hexval(char c)
 }
 
 /* Decodes a Python escape at s[i] (just after the backslash) into o; returns chars consumed,
- * 0 when it is not an escape (the backslash stays). */
+ * 0 when it is not an escape (the backslash stays), SIZE_MAX for a malformed \x \u \U one. */
 static size_t lex_escape(const char *s, size_t i, size_t end, char *o, size_t *k)
 {
     static const char from[] = "nrtabfv\\'\"", to[] = "\n\r\t\a\b\f\v\\'\"";
@@ -528,14 +528,15 @@ static size_t lex_escape(const char *s, size_t i, size_t end, char *o, size_t *k
         return j;
     }
     size_t w = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
-    if (!w || i + w >= end + 0 || i + w > end) return 0;
+    if (!w) return 0;
+    if (i + w >= end) return SIZE_MAX; /* Python: a truncated \xXX escape is an error */
     uint32_t v = 0;
     for (size_t j = 1; j <= w; j++) {
         int h = hexval(s[i + j]);
-        if (h < 0) return 0;
+        if (h < 0) return SIZE_MAX;
         v = v * 16 + (uint32_t)h;
     }
-    if (v > 0x10FFFF) return 0;
+    if (v > 0x10FFFF) return SIZE_MAX;
     put_utf8(o, k, v);
     return w + 1;
 }
@@ -559,6 +560,10 @@ static void lex_string(struct lexer *L)
     for (size_t j = L->pos + 1; j < i;) {
         if (s[j] == '\\') {
             size_t used = lex_escape(s, j + 1, i, o, &k);
+            if (used == SIZE_MAX) {
+                lex_fail(L, "truncated \\%c escape", s[j + 1]);
+                return;
+            }
             if (used) {
                 j += 1 + used;
                 continue;
@@ -567,10 +572,9 @@ static void lex_string(struct lexer *L)
         o[k++] = s[j++];
     }
     o[k] = 0;
-    struct tok *t = lex_push(L, T_STR, o, k);
+    lex_push(L, T_STR, o, k);
     lex_count_lines(L, L->pos, i);
     L->pos = i + 1;
-    (void)t;
 }
 
 static void lex_number(struct lexer *L)
@@ -1054,10 +1058,6 @@ static struct expr *p_filter_or_test(struct parser *P, struct expr *in, int kind
     e->name = t->p;
     e->nname = t->n;
     adv(P);
-    while (kind == E_FILTER && accept_op(P, ".")) { /* dotted filter names are not used; refuse */
-        p_fail(P, "unknown filter");
-        return NULL;
-    }
     if (accept_op(P, "(")) {
         if (!p_call_args(P, e)) return NULL;
     } else if (kind == E_TEST) {
