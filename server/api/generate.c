@@ -124,7 +124,7 @@ static enum MHD_Result render_error(struct api_conn *c, int code, const char *pa
 }
 
 static const struct job_render gen_render = {
-    .id_prefix = "gen", .history_ns = API_HISTORY_GEN, .stream_token = stream_token,
+    .id_prefix = "gen", .stream_token = stream_token,
     .stream_choice_end = stream_choice_end, .stream_close = stream_close, .stream_error = stream_error,
     .whole = whole, .error = render_error,
 };

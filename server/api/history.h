@@ -23,10 +23,6 @@
 struct http_server;
 struct api_history;
 
-/* The id's kinds, by prefix. (Kept for the routes' renderers, which name theirs; the id string's
- * prefix is what tells them apart.) */
-enum api_history_ns { API_HISTORY_GEN = 0, API_HISTORY_CHAT = 1, API_HISTORY_CMPL = 2 };
-
 #define API_HISTORY_ID_HEX 32 /* hex digits of an id's random part (128 bits) */
 #define API_HISTORY_ID_MAX 48 /* bytes of the longest id, NUL included ("chatcmpl-" + 32 + 1) */
 #define API_HISTORY_MAX_INDEX 255 /* largest choice index */

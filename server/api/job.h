@@ -97,7 +97,6 @@ struct api_job;
  * append to j->sse.out; whole() runs on the connection thread once every choice is done. */
 struct job_render {
     const char *id_prefix;          /* "gen", "chatcmpl", "cmpl": the response id's */
-    enum api_history_ns history_ns; /* where finished choices are kept for /attention */
     /* a token of choice c (the i-th), ev its event */
     void (*stream_token)(struct api_job *j, struct job_choice *c, const struct sched_event *ev, size_t i);
     /* choice c ended (ev: its DONE event) */

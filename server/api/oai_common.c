@@ -449,13 +449,13 @@ static void whole(struct api_buf *b, const struct api_job *j)
 }
 
 const struct job_render oai_chat_render = {
-    .id_prefix = "chatcmpl", .history_ns = API_HISTORY_CHAT, .stream_token = stream_token,
+    .id_prefix = "chatcmpl", .stream_token = stream_token,
     .stream_choice_end = stream_choice_end, .stream_close = stream_close, .stream_error = stream_error,
     .whole = whole, .error = render_error,
 };
 
 const struct job_render oai_text_render = {
-    .id_prefix = "cmpl", .history_ns = API_HISTORY_CMPL, .stream_token = stream_token,
+    .id_prefix = "cmpl", .stream_token = stream_token,
     .stream_choice_end = stream_choice_end, .stream_close = stream_close, .stream_error = stream_error,
     .whole = whole, .error = render_error,
 };

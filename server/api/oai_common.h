@@ -1,11 +1,10 @@
 /* oai_common.h - what the OpenAI-compatible routes (oai_chat.c: POST /v1/chat/completions,
- * oai_completions.c: POST /v1/completions, oai_responses.c: POST /v1/responses) share: the API's error shape, reading the JSON body,
- * the fields both read, and the two answer shapes (chat and legacy text) in which the completion
- * job (job.h) answers them, whole or streamed.
+ * oai_completions.c: POST /v1/completions, oai_responses.c: POST /v1/responses) share: the API's
+ * error shape, reading the JSON body, the fields they all read, and the two answer shapes (chat
+ * and legacy text) in which the completion job (job.h) answers the first two, whole or streamed.
  *
- * Ids: the response id is "chatcmpl-N" or "cmpl-N", where N is the scheduler id of choice 0;
- * choice i is kept in the /attention history under api_history_key(API_HISTORY_CHAT or _CMPL, N,
- * i) (history.h).
+ * Ids: the response id is "chatcmpl-" or "cmpl-" and 128 random bits in hex (history.h); choice
+ * i of a response is kept in the /attention history under (id, i, the caller's tenant).
  */
 #ifndef ATTND_API_OAI_COMMON_H
 #define ATTND_API_OAI_COMMON_H

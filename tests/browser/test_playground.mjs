@@ -65,7 +65,7 @@ try {
   const plain = await api('/v1/generate', req);
   check(plain.status === 200, `non-stream generate: ${plain.status} ${plain.text.slice(0, 200)}`);
   check(streamed === plain.json.text, `streamed text ${JSON.stringify(streamed)} != ${JSON.stringify(plain.json.text)}`);
-  check(/^gen-\d+$/.test(id || ''), `request id ${id}`);
+  check(/^gen-[0-9a-f]{32}$/.test(id || ''), `request id ${id}`);
 
   // ---- heatmap: layer 0 head 0 first, then keyboard to layer 1 head 3 -------------------------
   await page.waitForSelector(`#heatmap[data-ready="1"][data-id="${id}"]`, { timeout: T });
@@ -197,7 +197,7 @@ try {
     convo.push({ role: 'assistant', content: reply });
     check(JSON.stringify(shown) === JSON.stringify(convo), `chat log ${JSON.stringify(shown)} != ${JSON.stringify(convo)}`);
     const cid = await page.getAttribute('#completion', 'data-id');
-    check(/^chatcmpl-\d+$/.test(cid || ''), `chat id ${cid}`);
+    check(/^chatcmpl-[0-9a-f]{32}$/.test(cid || ''), `chat id ${cid}`);
     await page.waitForSelector(`#heatmap[data-ready="1"][data-id="${cid}"]`, { timeout: T });
     const ca = (await api(`/attention?id=${cid}&layer=0&head=0`)).json;
     check(ca.n_tokens === ref.json.usage.prompt_tokens + ref.json.usage.completion_tokens, `chat map has ${ca.n_tokens} tokens`);
