@@ -19,6 +19,8 @@ struct http_config {
                                   not with api_key. Neither: single-user */
     size_t response_budget_mib; /* MiB of /attention and /logit_lens answers in flight (being computed or
                                    not yet sent), all clients together; past it: 503 + Retry-After */
+    const char *cors;         /* if not NULL: browser apps of these origins may call the API (CORS): "*", or
+                                 origins separated by commas ("https://a.example,http://localhost:3000") */
     int max_connections;      /* concurrent connections (each holds one thread) */
     int max_per_client;       /* concurrent connections from one client address (<= max_connections) */
     int timeout_ms;           /* a connection with no bytes in either direction for this long is closed

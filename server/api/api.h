@@ -123,6 +123,13 @@ int api_conn_fd(struct api_conn *c);
 
 /* ---- responses ------------------------------------------------------------------------------- */
 
+/* Adds the CORS headers to r when --cors allows the request's Origin (every response takes them:
+ * api_respond and the stream and map writers call it). */
+void api_cors(struct api_conn *c, struct MHD_Response *r);
+/* Answers a CORS preflight (OPTIONS with Access-Control-Request-Method) with 204: the origin if
+ * allowed, methods (the route's, then OPTIONS), the headers a client may send, a 10-minute cache. */
+enum MHD_Result api_cors_preflight(struct api_conn *c, const char *methods);
+
 /* Queues a response with status code and body[0..len) (ownership of the malloc'd body passes
  * to the function, also on failure), Content-Type ctype, and optional extra headers given as
  * name/value pairs ending with NULL. Records the status for the log line and the metrics.

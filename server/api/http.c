@@ -67,6 +67,9 @@ static enum MHD_Result no_route(struct api_conn *c)
 static enum MHD_Result admit(struct api_conn *c, const struct api_route *r, const char *method)
 {
     struct http_server *srv = c->srv;
+    if (r && srv->cfg.cors && !strcmp(method, "OPTIONS") &&
+        MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+        return api_cors_preflight(c, r->methods); /* a browser sends it without credentials */
     c->tenant = request_tenant(c); /* -1 on an open route without a good key: it reads no history */
     if (!(r && (r->flags & ROUTE_OPEN)) && c->tenant < 0)
         return api_error_hdr(c, 401, "WWW-Authenticate", "Bearer", "missing or wrong API key (Authorization: Bearer KEY)");

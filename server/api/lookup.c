@@ -130,6 +130,7 @@ static enum MHD_Result respond_held(struct api_conn *c, char *body, size_t len)
     }
     *h = (struct held_body){.srv = c->srv, .body = body, .len = len};
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    api_cors(c, r);
     enum MHD_Result ok = MHD_queue_response(c->mc, 200, r);
     MHD_destroy_response(r); /* the queued response keeps its own reference; a failed one frees h here */
     if (ok == MHD_YES) {

@@ -69,6 +69,7 @@ struct MHD_Response *api_sse_response(struct api_sse *s)
 
 enum MHD_Result api_sse_queue(struct api_conn *c, struct MHD_Response *r)
 {
+    api_cors(c, r);
     enum MHD_Result ok = MHD_queue_response(c->mc, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     if (ok == MHD_YES) {

@@ -119,6 +119,9 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
                  "/attention and /logit_lens read only that tenant's requests")},
         {CLI_OPT("--response-budget-mb", NULL, CLI_SIZE, &hc->response_budget_mib, "N", "MiB of /attention and /logit_lens answers in flight, all\n"
                  "clients together (default 256; past it: 503 + Retry-After)"), CLI_RANGE(1, 1L << 20)},
+        {CLI_OPT("--cors", NULL, CLI_STR, &hc->cors, "ORIGINS", "let browser apps of these origins call the API: '*' or a\n"
+                 "comma-separated list (Access-Control-Allow-Origin; preflights\n"
+                 "answered). The API key is still required where it is set")},
         {CLI_OPT("--chat-template", NULL, CLI_CUSTOM, &hc->chat_template, "NAME",
                  "chatml|llama3|mistral|gemma|phi3 for /v1/chat/completions\n"
                  "(default: recognised from the model's tokenizer.chat_template)"),
