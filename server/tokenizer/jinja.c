@@ -825,6 +825,9 @@ struct parser {
     size_t errlen;
     bool failed;
     int depth;
+    bool soft;           /* inside an if or an inline if, where jinja2 lets unknown filters pass */
+    int n_unknown;       /* unknown filter / test names outside such places: a syntax error at the end */
+    char unknown[160];   /* the first one's message */
 };
 
 static void p_fail(struct parser *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1026,7 +1029,7 @@ static const char *const k_filters[] = {
     "tojson", "length", "count", "default", "d", "items", "list", "string", "safe", "e", "escape", "first", "last",
     "int", "float", "join", "map", "select", "reject", "selectattr", "rejectattr", "sort", "unique", "indent", "trim",
     "lower", "upper", "title", "capitalize", "replace", "reverse", "abs", "wordcount", "center", "sum", "max", "min",
-    "round", "attr", "dictsort", "format", "batch", NULL};
+    "round", "attr", "dictsort", "format", "batch", "truncate", "slice", "pprint", "forceescape", NULL};
 static const char *const k_tests[] = {
     "defined", "undefined", "none", "string", "mapping", "sequence", "iterable", "number", "integer", "float",
     "boolean", "true", "false", "callable", "lower", "upper", "odd", "even", "divisibleby", "equalto", "eq", "==",
@@ -1047,10 +1050,11 @@ static struct expr *p_filter_or_test(struct parser *P, struct expr *in, int kind
         p_fail(P, "expected a %s name", kind == E_FILTER ? "filter" : "test");
         return NULL;
     }
-    if (!known(kind == E_FILTER ? k_filters : k_tests, t->p, t->n)) {
-        p_fail(P, "TemplateAssertionError: No %s named '%.*s'.", kind == E_FILTER ? "filter" : "test", (int)t->n, t->p);
-        return NULL;
-    }
+    /* jinja2 refuses an unknown name when it compiles the template, except inside an if or an
+     * inline if, where it fails only if that branch runs (apply_filter / apply_test do that) */
+    if (!known(kind == E_FILTER ? k_filters : k_tests, t->p, t->n) && !P->soft && !P->n_unknown++)
+        snprintf(P->unknown, sizeof P->unknown, "line %d: TemplateAssertionError: No %s named '%.*s'.", t->line,
+                 kind == E_FILTER ? "filter" : "test", (int)(t->n > 64 ? 64 : t->n), t->p);
     struct expr *e = mk(P, kind);
     if (!e) return NULL;
     e->a = in;
@@ -1062,10 +1066,15 @@ static struct expr *p_filter_or_test(struct parser *P, struct expr *in, int kind
         if (!p_call_args(P, e)) return NULL;
     } else if (kind == E_TEST) {
         const struct tok *a = cur(P);
+        /* as jinja2: a name, a literal or a bracket after the test is its one argument, but for
+         * else / or / and (so `x is defined if y` reads `if` as the argument, and fails) */
         bool arg = a->t == T_STR || a->t == T_INT || a->t == T_FLOAT || tok_is(a, T_OP, "[") || tok_is(a, T_OP, "{") ||
-                   (a->t == T_NAME && !tok_is(a, T_NAME, "else") && !tok_is(a, T_NAME, "or") &&
-                    !tok_is(a, T_NAME, "and") && !tok_is(a, T_NAME, "is") && !tok_is(a, T_NAME, "if") &&
-                    !tok_is(a, T_NAME, "in") && !tok_is(a, T_NAME, "not"));
+                   tok_is(a, T_OP, "(") ||
+                   (a->t == T_NAME && !tok_is(a, T_NAME, "else") && !tok_is(a, T_NAME, "or") && !tok_is(a, T_NAME, "and"));
+        if (tok_is(a, T_NAME, "is")) {
+            p_fail(P, "You cannot chain multiple tests with is");
+            return NULL;
+        }
         if (arg) {
             struct argv_b b = {0};
             if (!args_push(P, &b, NULL, 0, p_postfix(P, p_primary(P)))) return NULL;
@@ -1300,13 +1309,19 @@ static struct expr *p_or(struct parser *P)
 static struct expr *p_expr(struct parser *P)
 {
     if (!p_enter(P)) return NULL;
+    int mark = P->n_unknown;
     struct expr *e = p_or(P);
     while (e && accept_name(P, "if")) {
         struct expr *c = mk(P, E_COND);
         if (!c) return NULL;
         c->a = e;
-        if (!(c->b = p_or(P))) return NULL;
-        if (accept_name(P, "else") && !(c->c = p_expr(P))) return NULL;
+        bool soft = P->soft;
+        P->n_unknown = mark; /* all of an inline if is soft in jinja2: what its first part named is forgiven */
+        P->soft = true;
+        c->b = p_or(P);
+        if (c->b && accept_name(P, "else")) c->c = p_expr(P);
+        P->soft = soft;
+        if (!c->b || P->failed) return NULL;
         e = c;
     }
     P->depth--;
@@ -1333,6 +1348,17 @@ static struct expr *p_tuple_expr(struct parser *P)
 /* ---- statements ---------------------------------------------------------------------------- */
 
 static struct node *p_body(struct parser *P, const char *const *ends);
+
+/* The body of a for, macro, call, filter, generation or block set: a frame of its own in jinja2,
+ * so not soft even inside an if. */
+static struct node *p_inner_body(struct parser *P, const char *const *ends)
+{
+    bool soft = P->soft;
+    P->soft = false;
+    struct node *b = p_body(P, ends);
+    P->soft = soft;
+    return b;
+}
 
 static struct node *mknode(struct parser *P, int k)
 {
@@ -1404,14 +1430,26 @@ static struct expr *p_target(struct parser *P, bool allow_attr)
     return tu;
 }
 
+static struct node *p_if_soft(struct parser *P);
+
+/* An if statement: its test and branches are soft (see struct parser). */
 static struct node *p_if(struct parser *P)
+{
+    bool soft = P->soft;
+    P->soft = true;
+    struct node *n = p_if_soft(P);
+    P->soft = soft;
+    return n;
+}
+
+static struct node *p_if_soft(struct parser *P)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     struct node *n = mknode(P, S_IF);
     if (!n || !(n->e = p_expr(P)) || !expect_bend(P) || !(n->body = p_body(P, ends)) || P->failed) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     if (accept_name(P, "elif")) {
-        if (!(n->alt = p_if(P))) return NULL;
+        if (!(n->alt = p_if_soft(P))) return NULL;
         return n;
     }
     if (accept_name(P, "else")) {
@@ -1443,10 +1481,10 @@ static struct node *p_for(struct parser *P)
         p_fail(P, "recursive loops are not supported");
         return NULL;
     }
-    if (!expect_bend(P) || !(n->body = p_body(P, ends))) return NULL;
+    if (!expect_bend(P) || !(n->body = p_inner_body(P, ends))) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     if (accept_name(P, "else")) {
-        if (!expect_bend(P) || !(n->alt = p_body(P, ends2))) return NULL;
+        if (!expect_bend(P) || !(n->alt = p_inner_body(P, ends2))) return NULL;
         if (n->alt == (struct node *)P) n->alt = NULL;
     }
     return p_end_tag(P, "endfor") ? n : NULL;
@@ -1475,7 +1513,7 @@ static struct node *p_set(struct parser *P)
         return NULL;
     }
     if (accept_op(P, "|") && !(n->filt = p_filter_chain(P))) return NULL;
-    if (!expect_bend(P) || !(n->body = p_body(P, ends))) return NULL;
+    if (!expect_bend(P) || !(n->body = p_inner_body(P, ends))) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     return p_end_tag(P, "endset") ? n : NULL;
 }
@@ -1520,7 +1558,7 @@ static struct node *p_macro(struct parser *P)
     n->text = cur(P)->p;
     n->len = cur(P)->n;
     adv(P);
-    if (!p_params(P, n) || !expect_bend(P) || !(n->body = p_body(P, ends))) return NULL;
+    if (!p_params(P, n) || !expect_bend(P) || !(n->body = p_inner_body(P, ends))) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     if (!accept_name(P, "endmacro")) {
         p_fail(P, "expected {%% endmacro %%}");
@@ -1541,7 +1579,7 @@ static struct node *p_call_block(struct parser *P)
         p_fail(P, "expected a call");
         return NULL;
     }
-    if (!expect_bend(P) || !(n->body = p_body(P, ends))) return NULL;
+    if (!expect_bend(P) || !(n->body = p_inner_body(P, ends))) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     return p_end_tag(P, "endcall") ? n : NULL;
 }
@@ -1552,7 +1590,7 @@ static struct node *p_simple_block(struct parser *P, int kind, const char *end)
     struct node *n = mknode(P, kind);
     if (!n) return NULL;
     if (kind == S_FILTER && !(n->filt = p_filter_chain(P))) return NULL;
-    if (!expect_bend(P) || !(n->body = p_body(P, ends))) return NULL;
+    if (!expect_bend(P) || !(n->body = p_inner_body(P, ends))) return NULL;
     if (n->body == (struct node *)P) n->body = NULL;
     return p_end_tag(P, end) ? n : NULL;
 }
@@ -1641,6 +1679,10 @@ attnd_status jinja_parse(const char *src, size_t len, jinja_tpl **out, char *err
     if (!L.failed) {
         struct parser P = {.t = L.t, .n = L.nt, .a = &t->a, .err = err, .errlen = errlen};
         struct node *r = p_body(&P, NULL);
+        if (r && P.n_unknown) {
+            snprintf(err, errlen, "%s", P.unknown);
+            r = NULL;
+        }
         if (!r) st = ATTND_ERR_INVALID;
         else t->root = r == (struct node *)&P ? NULL : r;
     } else {
@@ -3376,6 +3418,55 @@ static val py_format(struct rs *R, const val *fmt, const val *args)
     return sb_val(&b);
 }
 
+/* truncate(length=255, killwords=false, end='...', leeway=5), as jinja2's (lengths in code points). */
+static val f_truncate(struct rs *R, const val *in, const struct av *a, int na)
+{
+    const val *lv = argp(a, na, 0, "length"), *kw = argp(a, na, 1, "killwords"), *ev_ = argp(a, na, 2, "end"),
+              *lw = argp(a, na, 3, "leeway");
+    val s = to_str(R, in), end = ev_ && ev_->t == V_STR ? *ev_ : vlit("...", 3);
+    int64_t len = lv && lv->t == V_INT ? lv->u.i : 255, leeway = lw && lw->t == V_INT ? lw->u.i : 5;
+    int64_t n = (int64_t)u8_count(s.u.s.p, s.u.s.n), ne = (int64_t)u8_count(end.u.s.p, end.u.s.n);
+    if (R->st) return UNDEF;
+    if (len < ne || leeway < 0) return fail(R, ATTND_ERR_INVALID, "AssertionError: expected length >= %" PRId64 ", got %" PRId64, ne, len), UNDEF;
+    if (n <= len + leeway) return s;
+    size_t off = 0, l = 0;
+    for (int64_t k = 0; k < len - ne && off < s.u.s.n; k++, off += l) u8_at(s.u.s.p, s.u.s.n, off, &l);
+    size_t cut = off;
+    if (!(kw && truthy(kw))) { /* rsplit(" ", 1)[0] */
+        const char *sp = NULL;
+        for (size_t k = off; k-- > 0;)
+            if (s.u.s.p[k] == ' ') {
+                sp = s.u.s.p + k;
+                break;
+            }
+        if (sp) cut = (size_t)(sp - s.u.s.p);
+    }
+    val head = str_sub(R, &s.u.s, 0, cut);
+    return concat2(R, &head.u.s, &end.u.s);
+}
+
+/* slice(slices, fill_with=None): the items in that many columns (a generator in jinja2). */
+static val f_slice(struct rs *R, const val *in, const struct av *a, int na)
+{
+    const val *sv = argp(a, na, 0, "slices"), *fill = argp(a, na, 1, "fill_with");
+    val items;
+    if (!sv || sv->t != V_INT || sv->u.i <= 0 || sv->u.i > 10000)
+        return fail(R, ATTND_ERR_INVALID, "TypeError: slice needs a positive count"), UNDEF;
+    if (!iter_list(R, in, &items)) return UNDEF;
+    int64_t n = (int64_t)items.u.l->n, per = n / sv->u.i, extra = n % sv->u.i, offset = 0;
+    struct lb out = {.R = R};
+    for (int64_t k = 0; k < sv->u.i && !R->st; k++) {
+        int64_t st = offset + k * per;
+        if (k < extra) offset++;
+        int64_t e = offset + (k + 1) * per;
+        struct lb col = {.R = R};
+        for (int64_t i = st; i < e && i < n; i++) lb_push(&col, items.u.l->v[i]);
+        if (fill && fill->t != V_NONE && k >= extra) lb_push(&col, *fill);
+        lb_push(&out, lb_val(&col, 0));
+    }
+    return lb_val(&out, 2);
+}
+
 /* dictsort(case_sensitive=false, by='key', reverse=false): the (key, value) pairs, sorted. */
 static val f_dictsort(struct rs *R, const val *in, const struct av *a, int na)
 {
@@ -3453,6 +3544,18 @@ static val apply_filter(struct rs *R, const char *name, size_t n, const val *in,
     }
     if (IS("indent")) return f_indent(R, in, a, na);
     if (IS("dictsort")) return f_dictsort(R, in, a, na);
+    if (IS("truncate")) return f_truncate(R, in, a, na);
+    if (IS("slice")) return f_slice(R, in, a, na);
+    if (IS("pprint")) {
+        struct sb b = {.R = R};
+        put_val(&b, in, true);
+        return sb_val(&b);
+    }
+    if (IS("forceescape")) {
+        val plain = *in;
+        if (plain.t == V_STR) plain.tuple = 0;
+        return f_escape(R, &plain);
+    }
     if (IS("batch")) return f_batch(R, in, a, na);
     if (IS("attr")) { /* Python attributes only: a dict's keys are not */
         const val *nm = argp(a, na, 0, "name");
@@ -3484,7 +3587,7 @@ static val apply_filter(struct rs *R, const char *name, size_t n, const val *in,
 #undef IS
     bool found;
     val r = f_misc(R, name, n, in, a, na, &found);
-    if (!found) fail(R, ATTND_ERR_INVALID, "TemplateAssertionError: No filter named '%.*s'.", (int)n, name);
+    if (!found) fail(R, ATTND_ERR_INVALID, "TemplateRuntimeError: No filter named '%.*s' found.", (int)n, name);
     return r;
 }
 
@@ -3526,7 +3629,7 @@ static bool apply_test(struct rs *R, const char *name, size_t n, const val *in, 
     if (IS("gt") || IS("greaterthan") || IS(">")) return compare(R, C_GT, in, x);
     if (IS("ge") || IS(">=")) return compare(R, C_GE, in, x);
 #undef IS
-    fail(R, ATTND_ERR_INVALID, "TemplateAssertionError: No test named '%.*s'.", (int)n, name);
+    fail(R, ATTND_ERR_INVALID, "TemplateRuntimeError: No test named '%.*s' found.", (int)n, name);
     return false;
 }
 

@@ -5,7 +5,10 @@ tokenizer.chat_template[.NAME] carried by a GGUF file of $SHARED/vocab and $SHAR
 rendered for every case of tests/golden/chat_cases.json by both, and each case must be
 byte-identical. A case the reference refuses ({"error": ...}) must be refused by attnd too; when
 the refusal is the template's own raise_exception ("TemplateError: MSG"), the message must be
-MSG exactly."""
+MSG exactly.
+Then the same for tests/golden/jinja/*.jinja: small templates of our own that exercise what the
+engine must get right beyond those templates (Python's number, string and repr semantics, filters
+and tests, scoping, whitespace control, raw blocks, unknown names, refusals)."""
 import glob
 import json
 import os
@@ -113,6 +116,12 @@ def main():
     if not total:
         print(f"FAIL: nothing compared (is {attnd} built?)")
         return 1
+    probes = sorted(glob.glob(os.path.join(here, "..", "golden", "jinja", "*.jinja")))
+    for t in probes:
+        n, bad = compare("jinja/" + os.path.basename(t), ["/usr/bin/python3", render_chat, t, cases],
+                         [attnd, "template", "--file", t, "--cases", cases])
+        total += n
+        failures += bad
     ggufs = sorted(glob.glob(os.path.join(shared, "vocab", "*.gguf")) +
                    glob.glob(os.path.join(shared, "models", "**", "*.gguf"), recursive=True))
     n_gguf = 0
@@ -128,7 +137,7 @@ def main():
                 n_gguf += 1
                 total += n
                 failures += bad
-    print(f"chat templates: {len(templates)} files + {n_gguf} GGUF templates, {total} cases compared "
+    print(f"chat templates: {len(templates)} files + {n_gguf} GGUF templates + {len(probes)} probes, {total} cases compared "
           f"({refusals} refusals among the files'), {total - failures} byte-identical, {failures} different")
     return 1 if failures or not total else 0
 
