@@ -88,6 +88,18 @@ else
   echo "prints it beside attnd, interleaved, with the ratio. Ratios only hold within one run on one machine."
 fi
 [ "${MODELS_ONLY:-0}" = 1 ] && exit 0
+# bench_grammar's mask table, then the unconstrained Q8_0 decode step of the same run (the median
+# of bench_model's tg64, as ms per token) and the mask's median cost as a share of it
+grammar_beside_step() {
+  local out step
+  out=$("$1") || { echo "$out"; return 1; }
+  echo "$out"
+  step=$(for r in 1 2 3; do attnd_once "$MODELS/qwen2.5-0.5b-shape-q8_0.gguf"; done |
+    awk '$1 == "tg64" && $2 > 0 {print 1000 / $2}' | median_of)
+  echo "unconstrained decode step (Q8_0 0.5B shape, $THREADS threads, median of 3 tg64 runs): $step ms"
+  echo "$out" | awk -F'|' -v s="$step" '$2 ~ /inside string|structural/ && s > 0 {
+    gsub(/^ +| +$/, "", $2); printf "  mask (apply, median) %s: %.2f %% of the step\n", $2, 100 * $4 / s }'
+}
 for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] && [ "${b%.d}" = "$b" ] || continue
   case $(basename "$b") in
@@ -95,6 +107,7 @@ for b in "$BUILD"/bench/bench_*; do
     # FA2 on the Vulkan device present (lavapipe here: about 2-3 min from a cold shader cache)
     # beside the CPU kernel on $THREADS threads
     bench_vk_fa2) echo; THREADS=$THREADS "$b";;
+    bench_grammar) echo; grammar_beside_step "$b";;
     *) echo; "$b";;
   esac
 done
