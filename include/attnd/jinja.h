@@ -6,8 +6,14 @@
  *
  * A template is parsed once (jinja_parse) into an immutable handle that any number of threads
  * may render at the same time (jinja_render keeps all its state per call). Rendering is capped:
- * output bytes, evaluation steps, call/nesting depth and memory, each ending with an error
- * status and a message, never a crash or a hang. Nothing here prints or exits.
+ * output bytes, evaluation steps (each loop iteration, expression, element compared and 64 bytes
+ * copied or scanned is a step), call/nesting depth and memory, each ending with an error status
+ * and a message, never a crash or a hang. Nothing here prints or exits.
+ *
+ * Known differences from jinja2: integers are 64-bit (an overflow is an error); a whole JSON
+ * number (1.0) is an int (cJSON keeps no spelling); filters that are lazy generators in jinja2
+ * (select, map, items, ...) are evaluated at once, so their errors come earlier and they print
+ * without an address; case mapping covers ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic.
  *
  * Values come from a cJSON object (the context). Strings of the context that sit inside an
  * array or an object (message contents, tool schemas) are "data": the output records where
@@ -33,7 +39,8 @@ typedef struct jinja_tpl jinja_tpl;
 struct jinja_opts {
     size_t max_output;      /* bytes of output (and of any one string value); default 1 MiB */
     uint64_t max_steps;     /* loop iterations + node evaluations; default 5,000,000 */
-    int max_depth;          /* nested macro calls / statement nesting at render; default 64 */
+    int max_depth;          /* nested macro calls; default 64 (evaluation nesting as a whole is
+                               capped at 400 levels, so a render needs under 192 KiB of stack) */
     size_t max_memory;      /* bytes of scratch memory for values; default 64 MiB */
     const struct tm *now;   /* strftime_now's clock (local broken-down time); NULL: now */
 };
