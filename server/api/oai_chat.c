@@ -185,12 +185,7 @@ static int read_tool_choice(const struct api_field_ctx *x, const cJSON *it, char
     return 0;
 }
 
-static int read_parallel_tool_calls(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
-{
-    if (!cJSON_IsBool(it)) return snprintf(err, errlen, "'parallel_tool_calls' must be true or false"), 400;
-    ((struct job_params *)x->dst)->tools_single = cJSON_IsFalse(it);
-    return 0;
-}
+
 
 static int read_messages(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
 {
@@ -243,7 +238,7 @@ static const struct api_field chat_fields[] = {
     {"top_logprobs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_top_logprobs},
     {"tools", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tools},
     {"tool_choice", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tool_choice},
-    {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_parallel_tool_calls},
+    {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, oai_read_parallel_tool_calls},
     {"chat_template_kwargs", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_template_kwargs},
     {"reasoning_effort", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_reasoning_effort},
     IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"),
@@ -315,13 +310,9 @@ static int render_text(struct api_conn *c, const struct api_engine *e, const cJS
 enum MHD_Result oai_apply_template(struct api_conn *c)
 {
     enum MHD_Result ret;
-    cJSON *root = oai_parse_body(c, &ret);
-    if (!root) return ret;
     struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return oai_error(c, 503, NULL, NULL, "no model is loaded");
-    }
+    cJSON *root = oai_begin(c, &e, &ret);
+    if (!root) return ret;
     struct chat_prompt out = {0};
     char err[512] = "", pbuf[64] = "";
     const char *param = NULL;

@@ -106,16 +106,24 @@ const struct api_field oai_common_fields[] = {
     FIELD_END,
 };
 
+cJSON *oai_begin(struct api_conn *c, struct api_engine *e, enum MHD_Result *ret)
+{
+    cJSON *root = oai_parse_body(c, ret);
+    if (!root) return NULL;
+    if (!api_engine_acquire(c->srv, e)) {
+        cJSON_Delete(root);
+        *ret = oai_error(c, 503, NULL, NULL, "no model is loaded");
+        return NULL;
+    }
+    return root;
+}
+
 enum MHD_Result oai_route(struct api_conn *c, const struct job_render *render, oai_parse_fn parse)
 {
     enum MHD_Result ret;
-    cJSON *root = oai_parse_body(c, &ret);
-    if (!root) return ret;
     struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return oai_error(c, 503, NULL, NULL, "no model is loaded");
-    }
+    cJSON *root = oai_begin(c, &e, &ret);
+    if (!root) return ret;
     struct job_params p;
     oai_params_init(&p);
     char err[512] = "", pbuf[64] = "";

@@ -36,6 +36,10 @@ enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, con
  * already queued in *ret. */
 struct cJSON *oai_parse_body(struct api_conn *c, enum MHD_Result *ret);
 
+/* Reads c's body as a JSON object and holds the engine (e). Returns the tree (the caller deletes
+ * it and releases the engine), or NULL with an error already queued in *ret. */
+struct cJSON *oai_begin(struct api_conn *c, struct api_engine *e, enum MHD_Result *ret);
+
 /* job_params_init() with the OpenAI API's sampling defaults (temperature 1, top_p 1, no top_k,
  * min_p or repetition penalty). */
 void oai_params_init(struct job_params *p);

@@ -207,12 +207,7 @@ static int read_tool_choice(const struct api_field_ctx *x, const cJSON *it, char
     return 0;
 }
 
-static int read_parallel_tool_calls(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
-{
-    if (!cJSON_IsBool(it)) return snprintf(err, errlen, "'parallel_tool_calls' must be true or false"), 400;
-    ((struct job_params *)x->dst)->tools_single = cJSON_IsFalse(it);
-    return 0;
-}
+
 
 #define JP(f) offsetof(struct job_params, f)
 #define IGNORED(name) {name, FIELD_IGNORED, 0, 0, 0, FIELD_NO_GIVEN, NULL}
@@ -225,7 +220,7 @@ static const struct api_field resp_fields[] = {
     {"text", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_text},
     {"tools", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tools},
     {"tool_choice", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_tool_choice},
-    {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_parallel_tool_calls},
+    {"parallel_tool_calls", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, oai_read_parallel_tool_calls},
     IGNORED("store"), IGNORED("metadata"), IGNORED("service_tier"),
     IGNORED("truncation"), IGNORED("reasoning"), IGNORED("include"), IGNORED("prompt_cache_key"),
     IGNORED("safety_identifier"),

@@ -107,6 +107,13 @@ int oai_tool_choice(const cJSON *tools, const cJSON *tc, struct oai_tool_use *us
     return 0;
 }
 
+int oai_read_parallel_tool_calls(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    if (!cJSON_IsBool(it)) return snprintf(err, errlen, "'parallel_tool_calls' must be true or false"), 400;
+    ((struct job_params *)x->dst)->tools_single = cJSON_IsFalse(it);
+    return 0;
+}
+
 /* ==============================================================================================
  * Forcing a call: a grammar for the template's format
  * ============================================================================================== */

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "server/api/fields.h"
 #include "server/api/job.h"
 
 struct cJSON;
@@ -37,6 +38,9 @@ int oai_tools_check(const struct cJSON *tools, char *err, size_t errlen);
  * one of tools. Returns 0 (use filled) or 400 with err. */
 int oai_tool_choice(const struct cJSON *tools, const struct cJSON *tool_choice, struct oai_tool_use *use, char *err,
                     size_t errlen);
+
+/* The field reader of parallel_tool_calls (fields.h): false keeps only the first call. */
+int oai_read_parallel_tool_calls(const struct api_field_ctx *x, const struct cJSON *it, char *err, size_t errlen);
 
 /* Sets p's tool format (from template t; its own format, else the Hermes one, which the built-in
  * ChatML template renders) and, for "required" or a named tool, p->grammar. Returns 0 or an HTTP

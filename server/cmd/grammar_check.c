@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/file.h"
 #include "attnd/gbnf.h"
 #include "attnd/gram_match.h"
 #include "attnd/grammar.h"
@@ -75,26 +76,6 @@ static int check_file(const struct gram *g, const char *path)
     return rc;
 }
 
-/* The whole file at path (malloc'd, NUL-terminated, at most 64 MiB), or NULL. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n <= (64L << 20) && !fseek(f, 0, SEEK_SET) &&
-        (buf = malloc((size_t)n + 1))) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[n] = 0;
-            *len = (size_t)n;
-        }
-    }
-    fclose(f);
-    return buf;
-}
 
 /* Builds the grammar the options name; prints the reason and returns NULL on failure. */
 static struct gram *load(const struct gargs *a)
@@ -104,7 +85,7 @@ static struct gram *load(const struct gargs *a)
     struct gram *g = NULL;
     attnd_status st;
     const char *path = a->gbnf ? a->gbnf : a->schema;
-    if (path && !(text = read_file(path, &len))) {
+    if (path && !(text = file_read_all(path, (size_t)64 << 20, &len))) {
         fprintf(stderr, "attnd grammar: cannot read %s\n", path);
         return NULL;
     }

@@ -13,35 +13,19 @@
 
 #include <cjson/cJSON.h>
 
+#include "attnd/file.h"
 #include "attnd/gguf.h"
 #include "attnd/jinja.h"
 #include "server/cmd/cli.h"
 #include "server/cmd/cmd.h"
 
-#define MAX_FILE ((long)64 << 20)
+#define MAX_FILE ((size_t)64 << 20)
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n <= MAX_FILE && !fseek(f, 0, SEEK_SET) &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
-}
 
 /* The template text of --file, or of the GGUF's tokenizer.chat_template[.VARIANT]. */
 static char *load_template(const char *file, const char *gguf_path, const char *variant, size_t *len)
 {
-    if (file) return read_file(file, len);
+    if (file) return file_read_all(file, MAX_FILE, len);
     struct gguf *g = NULL;
     char err[256], key[128];
     if (gguf_open(gguf_path, &g, err, sizeof err)) {
@@ -93,7 +77,7 @@ oom:
 static int run_cases(const char *src, size_t len, const char *cases_path)
 {
     size_t clen = 0;
-    char *ctext = read_file(cases_path, &clen), err[512];
+    char *ctext = file_read_all(cases_path, MAX_FILE, &clen), err[512];
     cJSON *cases = ctext ? cJSON_ParseWithLength(ctext, clen) : NULL, *outl = cJSON_CreateArray();
     free(ctext);
     jinja_tpl *t = NULL;

@@ -20,12 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/file.h"
 #include "attnd/gguf.h"
 #include "attnd/log.h"
 #include "attnd/tokenizer.h"
 #include "attnd/toolcall.h"
 
-#define MAX_TEMPLATE_FILE ((long)4 << 20)
+#define MAX_TEMPLATE_FILE ((size_t)4 << 20)
 #define CACHE_SLOTS 32
 
 struct chat_tmpl {
@@ -166,23 +167,6 @@ static bool cache_put(char kind, const char *key, size_t key_len, struct chat_tm
     return true;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n <= MAX_TEMPLATE_FILE && !fseek(f, 0, SEEK_SET) &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
-}
 
 /* Finds or makes the template of (kind, key) from src (and tool_src). Caller holds g_mu. */
 static attnd_status cached(char kind, const char *key, size_t key_len, const char *src, size_t len, const char *tool_src,
@@ -213,7 +197,7 @@ static attnd_status get_file(const char *file, bool log_choice, const struct cha
         return ATTND_OK;
     }
     size_t len = 0;
-    char *src = read_file(file, &len), what[512], perr[400];
+    char *src = file_read_all(file, MAX_TEMPLATE_FILE, &len), what[512], perr[400];
     if (!src) {
         snprintf(err, errlen, "cannot read the chat template file %s", file);
         return ATTND_ERR_IO;
