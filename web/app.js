@@ -16,7 +16,7 @@
 // the browser tests (tests/browser/test_playground.mjs, test_heads.mjs) read back.
 import { clearError, getJSON, initApi, showError } from './api.js';
 import { initAttention, onSelect } from './attention.js';
-import { loadCensus, markCensusActive } from './census.js';
+import { initCensus, loadCensus, markCensusActive } from './census.js';
 import { initLens } from './lens.js';
 import { initPrompt } from './prompt.js';
 import { state } from './state.js';
@@ -43,6 +43,7 @@ async function loadModel() {
 
 initApi(loadModel);
 initPrompt();
+initCensus();
 initAttention();
 initLens();
 onSelect(markCensusActive);

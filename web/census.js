@@ -34,8 +34,33 @@ function censusCell(e, l, h) {
     ` · KV head ${e.kv_head}`;
   Object.assign(td.dataset, { layer: String(l), head: String(h), role: e.role, label: e.label,
     induction: String(e.induction), previousToken: String(e.previous_token) });
-  td.addEventListener('click', () => selectLayerHead(l, h));
+  td.addEventListener('click', (ev) => ($('ablate-mode').checked ? toggleHead(l, h, ev.shiftKey ? 2 : 0) : selectLayerHead(l, h)));
   return td;
+}
+
+// Intervene mode: sets head h of layer l to scale (a second click with the same scale restores it).
+function toggleHead(l, h, scale) {
+  const k = `${l}:${h}`;
+  if (state.scales.get(k) === scale) state.scales.delete(k);
+  else state.scales.set(k, scale);
+  markInterventions();
+}
+
+// The grid's cells and the list beside it show state.scales.
+function markInterventions() {
+  for (const td of $('census-grid').querySelectorAll('td')) {
+    const s = state.scales.get(`${td.dataset.layer}:${td.dataset.head}`);
+    td.classList.toggle('ablated', s === 0);
+    td.classList.toggle('doubled', s === 2);
+    if (s === undefined) delete td.dataset.scale;
+    else td.dataset.scale = String(s);
+  }
+  const list = [...state.scales].map(([k, s]) => `L${k.replace(':', ' H')} x${s}`);
+  $('iv-list').textContent = list.length ? `· ${list.join(', ')}` : '';
+}
+
+export function initCensus() {
+  $('iv-clear').addEventListener('click', () => { state.scales.clear(); markInterventions(); });
 }
 
 function drawCensus(c) {

@@ -3,7 +3,7 @@
 // the finished request's maps are then shown (attention.js showRequest).
 import { ApiError, api, clearError, showError, sseEvents } from './api.js';
 import { showRequest } from './attention.js';
-import { state } from './state.js';
+import { headInterventions, state } from './state.js';
 import { $ } from './util.js';
 
 // A settings field: undefined when empty, else a finite number (an integer if int).
@@ -60,6 +60,26 @@ function postStream(path, body, signal) {
   });
 }
 
+// With interventions, the same request without them, its text shown beside (#plain); else hidden.
+async function plainBeside(body, on) {
+  const box = $('plain');
+  box.hidden = !on;
+  delete box.dataset.state;
+  $('plain-gen').textContent = '';
+  if (!on) return;
+  const plain = { ...body, stream: false };
+  delete plain.interventions;
+  try {
+    const r = await (await api('/v1/generate', { method: 'POST', body: JSON.stringify(plain),
+      headers: { 'Content-Type': 'application/json' } })).json();
+    $('plain-gen').textContent = plain.prompt + r.text;
+    box.dataset.state = 'done';
+  } catch (e) {
+    box.dataset.state = 'error';
+    showError('POST /v1/generate (plain)', e);
+  }
+}
+
 // The form's submit: a completion of the prompt, or in chat mode the next chat turn.
 async function generate(ev) {
   ev.preventDefault();
@@ -68,7 +88,10 @@ async function generate(ev) {
   if (chatMode()) return chat();
   const body = { prompt: $('prompt').value, stream: true };
   if (!readSettings(body)) return;
+  const iv = headInterventions();
+  if (iv.length) body.interventions = iv;
   const ctl = beginRun();
+  plainBeside(body, iv.length > 0);
   const comp = $('completion'), gen = document.createTextNode('');
   $('out-prompt').textContent = body.prompt;
   $('out-gen').textContent = '';
@@ -86,7 +109,8 @@ async function generate(ev) {
     if (!final) throw new ApiError('the stream ended without its final event');
     const u = final.usage, t = final.timings;
     $('gen-status').textContent = `${id} · finish: ${final.finish_reason} · ${u.prompt_tokens} prompt + ` +
-      `${u.completion_tokens} generated tokens · ${t.generation_tokens_per_s.toFixed(1)} tokens/s`;
+      `${u.completion_tokens} generated tokens · ${t.generation_tokens_per_s.toFixed(1)} tokens/s` +
+      (u.interventions ? ` · ${u.interventions} interventions` : '');
     comp.dataset.id = id;
     comp.dataset.state = 'done';
     showRequest(id, u.prompt_tokens);

@@ -16,4 +16,13 @@ export const state = {
   lensPinned: false,
   generating: null,   // AbortController of the running generation (prompt.js)
   chat: [],           // chat mode: the conversation so far, [{role, content}]
+  scales: new Map(),  // interventions on heads: "layer:head" -> scale (0 knocks it out, 2 doubles it) (census.js)
 };
+
+// The interventions the next Generate sends: one head_scale per entry of state.scales, or [].
+export function headInterventions() {
+  return [...state.scales].map(([k, scale]) => {
+    const [layer, head] = k.split(':').map(Number);
+    return { kind: 'head_scale', layer, head, scale };
+  });
+}

@@ -33,6 +33,41 @@ function copyRows(ids) {
   return rows;
 }
 
+// The generated text of the completion shown now (the prompt repeats a phrase: a copy of its
+// second half is the induction heads' work).
+const shown = (page) => page.textContent('#out-gen');
+
+// Knock out every head the census calls induction (real clicks in intervene mode), Generate: the
+// continuation must stop copying the earlier copy, the plain run beside it must still copy, and
+// the answer must say it ran under the interventions; "Restore all" and Generate bring the copy back.
+async function ablation(page, census) {
+  const copied = await shown(page);
+  const phrase = (await page.inputValue('#prompt')).split('. ')[0]; // "Jonah and Boaz saw ..."
+  check(phrase.startsWith(copied.trim().split(' ').slice(0, 3).join(' ')), `plain run copies: '${copied}'`);
+  await page.check('#ablate-mode');
+  const heads = census.heads.map((h, i) => [h, Math.floor(i / census.n_head), i % census.n_head])
+    .filter(([h]) => h.role === 'induction');
+  for (const [, l, h] of heads) await page.click(`#census-grid td[data-layer="${l}"][data-head="${h}"]`);
+  check(await page.locator('#census-grid td.ablated').count() === heads.length, `${heads.length} heads marked knocked out`);
+  await page.click('#submit');
+  await page.waitForSelector('#completion[data-state="done"]', { timeout: T });
+  await page.waitForSelector('#plain[data-state="done"]', { timeout: T });
+  const ablated = await shown(page), plain = await page.textContent('#plain-gen');
+  console.log(`induction heads ${heads.map(([, l, h]) => `L${l}H${h}`).join(' ')} knocked out: '${ablated}' (plain: '${copied}')`);
+  check(!ablated.startsWith(copied.slice(0, 12)), `still copies with the induction heads knocked out: '${ablated}'`);
+  check(plain.endsWith(copied), `the plain run beside it copies: '${plain}'`);
+  check(/4 interventions|\d+ interventions/.test(await page.textContent('#gen-status')), 'the status says interventions ran');
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(outDir, 'ablation.png'), fullPage: true });
+  if (process.env.ABLATION_SHOT) await page.screenshot({ path: process.env.ABLATION_SHOT, fullPage: true });
+  await page.click('#iv-clear');
+  check(await page.locator('#census-grid td.ablated').count() === 0, 'restore all clears the marks');
+  await page.click('#submit');
+  await page.waitForSelector('#completion[data-state="done"]', { timeout: T });
+  check(await shown(page) === copied, `restored: copies again: '${await shown(page)}'`);
+  check(await page.isHidden('#plain'), 'no plain run beside a plain run');
+}
+
 let session;
 try {
   const census = (await apiAt(base, '/heads')).json;
@@ -116,6 +151,7 @@ try {
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: join(outDir, 'heads.png'), fullPage: true });
   if (shot) await page.screenshot({ path: shot, fullPage: true });
+  if (induction) await ablation(page, census);
   check(pageErrors.length === 0, `script errors: ${pageErrors.join(' | ')}`);
   check(foreign.length === 0, `requests to other hosts: ${foreign.join(' ')}`);
 } catch (e) {
