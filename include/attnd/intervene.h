@@ -16,7 +16,11 @@
  *                              the layer's output replaces the stream instead of being added to it
  *                              (resid_post = attn_out + mlp_out; the MLP still reads
  *                              resid_pre + attn_out)
- * Several interventions apply in list order where they meet at one hook.
+ *   patch      {site, L, head?, position, vector (site's width)}
+ *                              hook_<site>: the site's value at one position replaced by the
+ *                              vector (activation patching; z with a head: that head's slice), after
+ *                              the other interventions at that hook
+ * Several interventions apply in list order where they meet at one hook (patches last).
  *
  * head_mean needs every prompt row in one step: the scheduler refuses it for a prompt longer
  * than its step budget, runs the prompt as one chunk, and never shares its KV blocks (the mean
@@ -35,12 +39,13 @@
 #include "attnd/status.h"
 
 struct cJSON;
+struct model;
 struct model_hparams;
 
 #define IV_MAX 256         /* interventions per request */
 #define IV_MAX_SCALE 1e4   /* |scale| at most this */
 
-enum iv_kind { IV_HEAD_SCALE = 0, IV_HEAD_MEAN, IV_STEER, IV_SKIP };
+enum iv_kind { IV_HEAD_SCALE = 0, IV_HEAD_MEAN, IV_STEER, IV_SKIP, IV_PATCH };
 enum iv_part { IV_PART_ATTN = 0, IV_PART_MLP, IV_PART_RESIDUAL };
 enum iv_where { IV_POS_ALL = 0, IV_POS_GENERATED, IV_POS_LIST };
 
@@ -69,20 +74,25 @@ struct iv_capture {
     int layer;
     int head;     /* IV_SITE_Z: one head, or -1 for all of them */
     size_t width; /* floats per position (iv_site_width) */
-    float *out;   /* (n_pos, width): position p in row p; the caller's buffer, outliving the request */
+    float *out;   /* (n_pos - first, width): position p in row p - first; the caller's buffer,
+                     outliving the request */
+    size_t first; /* positions below this are not copied */
     size_t n_pos; /* positions at and past this are not copied */
 };
 
 struct fwd_intervention {
     enum iv_kind kind;
     int layer;           /* 0..n_layer-1 */
-    int head;            /* head_scale, head_mean: 0..n_head-1 */
+    int head;            /* head_scale, head_mean: 0..n_head-1; patch: z's head or -1 */
     float scale;         /* head_scale, steer */
     enum iv_part part;   /* skip */
     enum iv_where where; /* steer */
     int32_t *positions;  /* steer, IV_POS_LIST: sorted, distinct */
     int n_positions;
-    float *vector;       /* steer: (n_embd) */
+    float *vector;       /* steer: (n_embd); patch: (width) */
+    enum iv_site site;   /* patch */
+    int32_t position;    /* patch */
+    size_t width;        /* patch: iv_site_width of site and head */
 };
 
 struct iv_set {
@@ -110,6 +120,17 @@ size_t iv_site_width(const struct model_hparams *hp, enum iv_site site, int head
  * captures computes every position itself (iv_own_blocks). Returns ATTND_ERR_INVALID for a bad
  * layer or head, ATTND_ERR_NOMEM. */
 attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos);
+/* Adds a capture of one position only (pos) into out (iv_site_width floats). Same returns. */
+attnd_status iv_add_capture_at(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t pos);
+/* Appends a patch (activation patching): site at layer (head for IV_SITE_Z, or -1) at position
+ * pos replaced by vals (iv_site_width floats, copied). The set's hooks and fingerprint follow.
+ * Returns ATTND_ERR_INVALID for a bad site, layer or head, ATTND_ERR_NOMEM. */
+attnd_status iv_add_patch(struct iv_set *s, enum iv_site site, int layer, int head, int32_t pos, const float *vals);
+/* Row `token` of the model's output matrix (the unembedding; n_embd floats, dequantized) into
+ * out; the logit of token is out · (RMSNorm(resid) * output_norm). ATTND_ERR_INVALID for a bad
+ * token. */
+attnd_status iv_output_row(const struct model *m, int token, float *out);
+
 /* The prefix-cache key of a request with this set (n_prompt set; 0 for NULL): the fingerprint,
  * mixed with n_prompt when a steer acts on generated positions only (the same tokens may be
  * generated in one request and prompt in another, computed differently). */
@@ -151,5 +172,10 @@ void iv_apply_resid_pre(const struct iv_set *s, int l, float *x, const int32_t *
 /* hook_z of layer l: n rows of z (stride floats apart, head h at h * head_dim), row i at
  * position pos[i]. head_mean: the rows below n_prompt set its mean first if not yet complete. */
 void iv_apply_z(struct iv_set *s, int l, float *z, size_t stride, const int32_t *pos, int n);
+/* The patches of site at layer l on n rows (stride floats apart, row i at position pos[i]);
+ * iv_apply_resid_pre and iv_apply_z call it for their sites, the forward pass for attn_out,
+ * mlp_out and resid_post. */
+void iv_apply_patch(const struct iv_set *s, enum iv_site site, int l, float *rows, size_t stride, const int32_t *pos,
+                    int n);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "server/api/activations.h"
 #include "server/api/attention.h"
+#include "server/api/embeddings.h"
 #include "server/api/generate.h"
 #include "server/api/heads.h"
 #include "server/api/kv_debug.h"
@@ -15,6 +16,7 @@
 #include "server/api/oai_chat.h"
 #include "server/api/oai_completions.h"
 #include "server/api/oai_responses.h"
+#include "server/api/patching.h"
 #include "server/api/web.h"
 
 const struct api_route api_routes[] = {
@@ -25,6 +27,8 @@ const struct api_route api_routes[] = {
     {"/v1/responses",        NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_responses},
     {"/apply-template",      NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, oai_apply_template},
     {"/v1/activations",      NULL,        "POST",      ROUTE_ENGINE,               api_activations},
+    {"/v1/embeddings",       NULL,        "POST",      ROUTE_ENGINE | ROUTE_OPENAI, api_embeddings},
+    {"/v1/patching",         NULL,        "POST",      ROUTE_ENGINE,               api_patching},
     {"/attention",           NULL,        "GET, HEAD", ROUTE_ENGINE,               api_attention},
     {"/logit_lens",          NULL,        "GET, HEAD", ROUTE_ENGINE,               api_logit_lens},
     {"/heads",               NULL,        "GET, HEAD", ROUTE_ENGINE,               api_heads},

@@ -614,14 +614,19 @@ static void iv_hook(struct fwd_cpu *c, const struct fwd_step *s, int l, unsigned
         case IV_AT_ATTN_OUT:
             if (iv_skips(iv, l, IV_PART_ATTN)) memset(c->h + r0, 0, rows);
             if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->iv_attn + r0, c->h + r0, rows);
+            iv_apply_patch(iv, IV_SITE_ATTN_OUT, l, c->h + r0, d, s->pos + t, n);
             iv_capture(iv, IV_SITE_ATTN_OUT, l, c->h + r0, d, s->pos + t, n);
             break;
         case IV_AT_MLP_OUT: /* x = resid_pre + attn_out here */
             if (iv_skips(iv, l, IV_PART_MLP)) memset(c->h + r0, 0, rows);
             if (iv_skips(iv, l, IV_PART_RESIDUAL)) memcpy(c->x + r0, c->iv_attn + r0, rows); /* + mlp_out next */
+            iv_apply_patch(iv, IV_SITE_MLP_OUT, l, c->h + r0, d, s->pos + t, n);
             iv_capture(iv, IV_SITE_MLP_OUT, l, c->h + r0, d, s->pos + t, n);
             break;
-        case IV_AT_RESID_POST: iv_capture(iv, IV_SITE_RESID_POST, l, c->x + r0, d, s->pos + t, n); break;
+        case IV_AT_RESID_POST:
+            iv_apply_patch(iv, IV_SITE_RESID_POST, l, c->x + r0, d, s->pos + t, n);
+            iv_capture(iv, IV_SITE_RESID_POST, l, c->x + r0, d, s->pos + t, n);
+            break;
         }
     }
 }

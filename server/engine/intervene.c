@@ -10,8 +10,12 @@
 #include <string.h>
 
 #include "attnd/model.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 /* ---- the set ------------------------------------------------------------------------------- */
+
+static attnd_status capture_add(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t first,
+                                size_t n_pos);
 
 static void items_free(struct fwd_intervention *it, int n)
 {
@@ -65,14 +69,21 @@ static uint64_t fingerprint(const struct iv_set *s)
             for (int k = 0; k < v->n_positions; k++) h = mix(h, (uint32_t)v->positions[k]);
             for (int k = 0; k < s->n_embd; k++) h = mix(h, float_bits(v->vector[k]));
             break;
+        case IV_PATCH:
+            h = mix(h, (uint64_t)v->site << 32 | (uint32_t)v->position);
+            for (size_t k = 0; k < v->width; k++) h = mix(h, float_bits(v->vector[k]));
+            break;
         }
     }
     return h ? h : 1;
 }
 
+static const uint8_t site_bit[] = {IV_AT_RESID_PRE, IV_AT_RESID_POST, IV_AT_ATTN_OUT, IV_AT_MLP_OUT, IV_AT_Z};
+
 static unsigned item_hooks(const struct fwd_intervention *v)
 {
     switch (v->kind) {
+    case IV_PATCH: return site_bit[v->site];
     case IV_HEAD_SCALE:
     case IV_HEAD_MEAN: return IV_AT_Z;
     case IV_STEER: return IV_AT_RESID_PRE;
@@ -113,13 +124,14 @@ attnd_status iv_clone(const struct iv_set *s, struct iv_set **out)
         w->positions = NULL, w->vector = NULL;
         if (v->positions && !(w->positions = malloc((size_t)v->n_positions * sizeof *w->positions))) goto oom;
         if (v->positions) memcpy(w->positions, v->positions, (size_t)v->n_positions * sizeof *w->positions);
-        if (v->vector && !(w->vector = malloc((size_t)s->n_embd * sizeof *w->vector))) goto oom;
-        if (v->vector) memcpy(w->vector, v->vector, (size_t)s->n_embd * sizeof *w->vector);
+        const size_t nv = v->kind == IV_PATCH ? v->width : (size_t)s->n_embd;
+        if (v->vector && !(w->vector = malloc(nv * sizeof *w->vector))) goto oom;
+        if (v->vector) memcpy(w->vector, v->vector, nv * sizeof *w->vector);
     }
     if (set_finish(c)) goto oom;
     for (int i = 0; i < s->n_caps; i++) {
         const struct iv_capture *k = &s->caps[i];
-        if (iv_add_capture(c, k->site, k->layer, k->head, k->out, k->n_pos)) goto oom;
+        if (capture_add(c, k->site, k->layer, k->head, k->out, k->first, k->n_pos)) goto oom;
     }
     *out = c;
     return ATTND_OK;
@@ -162,18 +174,67 @@ size_t iv_site_width(const struct model_hparams *hp, enum iv_site site, int head
     return (size_t)hp->head_dim * (head >= 0 ? 1 : (size_t)hp->n_head);
 }
 
-attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos)
+static bool site_ok(const struct iv_set *s, enum iv_site site, int layer, int head)
 {
-    static const uint8_t bit[] = {IV_AT_RESID_PRE, IV_AT_RESID_POST, IV_AT_ATTN_OUT, IV_AT_MLP_OUT, IV_AT_Z};
-    if ((unsigned)site > IV_SITE_Z || layer < 0 || layer >= s->n_layer || head < -1 || head >= s->n_head ||
-        (site != IV_SITE_Z && head != -1))
-        return ATTND_ERR_INVALID;
+    return (unsigned)site <= IV_SITE_Z && layer >= 0 && layer < s->n_layer && head >= -1 && head < s->n_head &&
+           (site == IV_SITE_Z || head == -1);
+}
+
+static size_t set_site_width(const struct iv_set *s, enum iv_site site, int head)
+{
+    return site == IV_SITE_Z ? (size_t)s->head_dim * (head >= 0 ? 1 : (size_t)s->n_head) : (size_t)s->n_embd;
+}
+
+/* A capture of positions [first, n_pos) into out. */
+static attnd_status capture_add(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t first,
+                                size_t n_pos)
+{
+    if (!site_ok(s, site, layer, head)) return ATTND_ERR_INVALID;
     struct iv_capture *nc = realloc(s->caps, (size_t)(s->n_caps + 1) * sizeof *nc);
     if (!nc) return ATTND_ERR_NOMEM;
     s->caps = nc;
-    size_t w = site == IV_SITE_Z ? (size_t)s->head_dim * (head >= 0 ? 1 : (size_t)s->n_head) : (size_t)s->n_embd;
-    s->caps[s->n_caps++] = (struct iv_capture){site, layer, head, w, out, n_pos};
-    s->hooks[layer] |= bit[site];
+    s->caps[s->n_caps++] = (struct iv_capture){site, layer, head, set_site_width(s, site, head), out, first, n_pos};
+    s->hooks[layer] |= site_bit[site];
+    return ATTND_OK;
+}
+
+attnd_status iv_add_capture(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t n_pos)
+{
+    return capture_add(s, site, layer, head, out, 0, n_pos);
+}
+
+attnd_status iv_add_capture_at(struct iv_set *s, enum iv_site site, int layer, int head, float *out, size_t pos)
+{
+    return capture_add(s, site, layer, head, out, pos, pos + 1);
+}
+
+attnd_status iv_add_patch(struct iv_set *s, enum iv_site site, int layer, int head, int32_t pos, const float *vals)
+{
+    if (!site_ok(s, site, layer, head) || pos < 0) return ATTND_ERR_INVALID;
+    const size_t w = set_site_width(s, site, head), n = (size_t)s->n + 1, hd = (size_t)s->head_dim;
+    struct fwd_intervention *it = realloc(s->items, n * sizeof *it);
+    if (it) s->items = it;
+    float *means = it ? realloc(s->means, n * hd * sizeof *means) : NULL;
+    if (means) s->means = means;
+    bool *ready = means ? realloc(s->mean_ready, n * sizeof *ready) : NULL;
+    if (ready) s->mean_ready = ready;
+    float *v = ready ? malloc(w * sizeof *v) : NULL;
+    if (!v) return ATTND_ERR_NOMEM;
+    memcpy(v, vals, w * sizeof *v);
+    s->mean_ready[s->n] = false;
+    s->items[s->n] = (struct fwd_intervention){.kind = IV_PATCH, .layer = layer, .head = head, .site = site,
+                                               .position = pos, .width = w, .vector = v};
+    s->hooks[layer] |= (uint8_t)item_hooks(&s->items[s->n]);
+    s->n++;
+    s->fingerprint = fingerprint(s);
+    return ATTND_OK;
+}
+
+attnd_status iv_output_row(const struct model *m, int token, float *out)
+{
+    const struct model_weight *w = &m->output;
+    if (token < 0 || (size_t)token >= w->n_out) return ATTND_ERR_INVALID;
+    cpu_dequant_row(w->type, (const char *)w->data + (size_t)token * w->row_bytes, out, w->n_in);
     return ATTND_OK;
 }
 
@@ -198,8 +259,9 @@ void iv_capture(const struct iv_set *s, enum iv_site site, int l, const float *r
         if (k->site != site || k->layer != l) continue;
         const size_t off = site == IV_SITE_Z && k->head >= 0 ? (size_t)k->head * (size_t)s->head_dim : 0;
         for (int t = 0; t < n; t++)
-            if ((size_t)pos[t] < k->n_pos)
-                memcpy(k->out + (size_t)pos[t] * k->width, rows + (size_t)t * stride + off, k->width * sizeof(float));
+            if ((size_t)pos[t] >= k->first && (size_t)pos[t] < k->n_pos)
+                memcpy(k->out + ((size_t)pos[t] - k->first) * k->width, rows + (size_t)t * stride + off,
+                       k->width * sizeof(float));
     }
 }
 
@@ -259,6 +321,19 @@ void iv_apply_resid_pre(const struct iv_set *s, int l, float *x, const int32_t *
             for (size_t k = 0; k < d; k++) row[k] += v->scale * v->vector[k];
         }
     }
+    iv_apply_patch(s, IV_SITE_RESID_PRE, l, x, d, pos, n);
+}
+
+void iv_apply_patch(const struct iv_set *s, enum iv_site site, int l, float *rows, size_t stride, const int32_t *pos,
+                    int n)
+{
+    for (int i = 0; i < s->n; i++) {
+        const struct fwd_intervention *v = &s->items[i];
+        if (v->kind != IV_PATCH || v->layer != l || v->site != site) continue;
+        const size_t off = site == IV_SITE_Z && v->head >= 0 ? (size_t)v->head * (size_t)s->head_dim : 0;
+        for (int t = 0; t < n; t++)
+            if (pos[t] == v->position) memcpy(rows + (size_t)t * stride + off, v->vector, v->width * sizeof(float));
+    }
 }
 
 /* head_mean item i: its mean over the prompt rows among these n, unless already complete. */
@@ -298,6 +373,7 @@ void iv_apply_z(struct iv_set *s, int l, float *z, size_t stride, const int32_t 
         mean_update(s, i, z, stride, pos, n);
         for (int t = 0; t < n; t++) memcpy(z + (size_t)t * stride + off, s->means + (size_t)i * hd, hd * sizeof(float));
     }
+    iv_apply_patch(s, IV_SITE_Z, l, z, stride, pos, n);
 }
 
 /* ---- the JSON form ------------------------------------------------------------------------- */
@@ -385,10 +461,9 @@ static int b64_decode(const char *s, unsigned char *out, size_t n)
     return o == n ? 0 : -1;
 }
 
-/* steer's "vector" (d numbers) or "vector_b64" (base64 of d little-endian float32). */
-static attnd_status get_vector(const struct parse *p, const cJSON *o, float **out)
+/* steer's and patch's "vector" (d numbers) or "vector_b64" (base64 of d little-endian float32). */
+static attnd_status get_vector(const struct parse *p, const cJSON *o, size_t d, float **out)
 {
-    const size_t d = (size_t)p->hp->n_embd;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "vector"), *b = cJSON_GetObjectItemCaseSensitive(o, "vector_b64");
     char want[96];
     snprintf(want, sizeof want, "%zu", d);
@@ -398,7 +473,7 @@ static attnd_status get_vector(const struct parse *p, const cJSON *o, float **ou
     *out = v;
     if (a) {
         if (!cJSON_IsArray(a) || (size_t)cJSON_GetArraySize(a) != d)
-            return bad(p, "vector", "must be an array of %s numbers (the model's n_embd)", want);
+            return bad(p, "vector", "must be an array of %s numbers (the site's width)", want);
         size_t k = 0;
         const cJSON *el;
         cJSON_ArrayForEach(el, a)
@@ -468,28 +543,49 @@ static attnd_status get_part(const struct parse *p, const cJSON *o, enum iv_part
 /* The members each kind takes (anything else is refused). */
 static bool member_known(enum iv_kind k, const char *name)
 {
-    static const char *const known[4][6] = {
+    static const char *const known[5][7] = {
         [IV_HEAD_SCALE] = {"kind", "layer", "head", "scale"},
         [IV_HEAD_MEAN] = {"kind", "layer", "head"},
         [IV_STEER] = {"kind", "layer", "vector", "vector_b64", "scale", "positions"},
         [IV_SKIP] = {"kind", "layer", "part"},
+        [IV_PATCH] = {"kind", "layer", "site", "head", "position", "vector", "vector_b64"},
     };
-    for (int i = 0; i < 6 && known[k][i]; i++)
+    for (int i = 0; i < 7 && known[k][i]; i++)
         if (!strcmp(known[k][i], name)) return true;
     return false;
+}
+
+/* patch's members: site, head (z only, optional), position, the vector of the site's width. */
+static attnd_status get_patch(const struct parse *p, const cJSON *o, struct fwd_intervention *v)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, "site");
+    if (!cJSON_IsString(it) || iv_site_parse(it->valuestring, &v->site))
+        return bad(p, "site", "must be %s", "\"resid_pre\", \"resid_post\", \"attn_out\", \"mlp_out\" or \"z\"");
+    attnd_status st;
+    v->head = -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "head")) {
+        if (v->site != IV_SITE_Z) return bad(p, "head", "is only for the %s site", "z");
+        if ((st = get_int(p, o, "head", 0, p->hp->n_head - 1, &v->head))) return st;
+    }
+    int pos;
+    if ((st = get_int(p, o, "position", 0, p->n_ctx - 1, &pos))) return st;
+    v->position = pos;
+    v->width = iv_site_width(p->hp, v->site, v->head);
+    return get_vector(p, o, v->width, &v->vector);
 }
 
 /* One element of the array into *v. */
 static attnd_status parse_one(const struct parse *p, const cJSON *o, struct fwd_intervention *v)
 {
-    static const char *const kinds[] = {"head_scale", "head_mean", "steer", "skip"};
+    static const char *const kinds[] = {"head_scale", "head_mean", "steer", "skip", "patch"};
     const struct model_hparams *hp = p->hp;
     if (!cJSON_IsObject(o)) return bad(p, NULL, "must be an object with a 'kind'%s", "");
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
     int kind = -1;
-    for (int i = 0; i < 4 && cJSON_IsString(k); i++)
+    for (int i = 0; i < 5 && cJSON_IsString(k); i++)
         if (!strcmp(k->valuestring, kinds[i])) kind = i;
-    if (kind < 0) return bad(p, "kind", "must be %s", "\"head_scale\", \"head_mean\", \"steer\" or \"skip\"");
+    if (kind < 0)
+        return bad(p, "kind", "must be %s", "\"head_scale\", \"head_mean\", \"steer\", \"skip\" or \"patch\"");
     v->kind = (enum iv_kind)kind;
     for (const cJSON *m = o->child; m; m = m->next) {
         if (!member_known(v->kind, m->string ? m->string : "")) {
@@ -508,9 +604,11 @@ static attnd_status parse_one(const struct parse *p, const cJSON *o, struct fwd_
         return get_scale(p, o, false, 0, &v->scale);
     case IV_HEAD_MEAN: return get_int(p, o, "head", 0, hp->n_head - 1, &v->head);
     case IV_STEER:
-        if ((st = get_vector(p, o, &v->vector)) || (st = get_scale(p, o, true, 1.0f, &v->scale))) return st;
+        if ((st = get_vector(p, o, (size_t)hp->n_embd, &v->vector)) || (st = get_scale(p, o, true, 1.0f, &v->scale)))
+            return st;
         return get_positions(p, o, v);
     case IV_SKIP: return get_part(p, o, &v->part);
+    case IV_PATCH: return get_patch(p, o, v);
     }
     return ATTND_ERR_INTERNAL;
 }
