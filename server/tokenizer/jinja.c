@@ -3508,6 +3508,17 @@ static val f_batch(struct rs *R, const val *in, const struct av *a, int na)
     return lb_val(&out, 2);
 }
 
+/* "%s" % args: the format filter, positional arguments only */
+static val f_format(struct rs *R, const val *in, const struct av *a, int na)
+{
+    if (in->t != V_STR) return fail(R, ATTND_ERR_INVALID, "TypeError: format needs a string"), UNDEF;
+    struct lb l = {.R = R};
+    for (int i = 0; i < na; i++)
+        if (!a[i].kw) lb_push(&l, a[i].v);
+    val args = lb_val(&l, 1);
+    return R->st ? UNDEF : py_format(R, in, &args);
+}
+
 static val apply_filter(struct rs *R, const char *name, size_t n, const val *in, const struct av *a, int na)
 {
     if (!step(R)) return UNDEF;
@@ -3562,14 +3573,7 @@ static val apply_filter(struct rs *R, const char *name, size_t n, const val *in,
         if (in->t == V_LOOP && nm && nm->t == V_STR) return loop_attr(R, in->u.lp, nm->u.s.p, nm->u.s.n);
         return undef_hint(R, "'%s' has no attribute", obj_repr(in));
     }
-    if (IS("format")) {
-        if (in->t != V_STR) return fail(R, ATTND_ERR_INVALID, "TypeError: format needs a string"), UNDEF;
-        struct lb l = {.R = R};
-        for (int i = 0; i < na; i++)
-            if (!a[i].kw) lb_push(&l, a[i].v);
-        val args = lb_val(&l, 1);
-        return R->st ? UNDEF : py_format(R, in, &args);
-    }
+    if (IS("format")) return f_format(R, in, a, na);
     if (in->t == V_UNDEF && (IS("trim") || IS("lower") || IS("upper") || IS("title") || IS("capitalize") || IS("replace")))
         return vlit("", 0);
     val s = (IS("trim") || IS("lower") || IS("upper") || IS("title") || IS("capitalize") || IS("replace")) ? to_str(R, in) : *in;
