@@ -82,6 +82,13 @@ try {
   } catch (e) {
     check(e instanceof OpenAI.NotFoundError && e.status === 404, "models.retrieve of another id: NotFoundError", String(e));
   }
+  // ---- POST /v1/embeddings: two vectors of the model's width (resid_post's), norm 1 ---------
+  const width = (await native("/v1/activations", { prompt: "a", sites: [{ site: "resid_post", layer: 0 }],
+    encoding: "base64" })).activations[0].shape[1];
+  const emb = await client.embeddings.create({ model, input: ["a", "b"] });
+  const norms = emb.data.map((e) => Math.hypot(...e.embedding));
+  check(emb.data.length === 2 && emb.data.every((e, i) => e.index === i && e.embedding.length === width) &&
+    norms.every((n) => Math.abs(n - 1) < 1e-5), "embeddings.create: 2 vectors of the width, norm 1", [width, norms]);
 
   // ---- plain chat, greedy, against /v1/generate on the hand-rendered ChatML prompt ---------
   const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello there" }];
