@@ -64,6 +64,7 @@
 struct kv_cache; /* opaque: the pool, its block metadata and the prefix cache */
 struct kv_seq;   /* opaque: one sequence (request) and its block table */
 struct kvev;     /* kvevents.h: the KV-cache event publisher */
+struct kvdisk;   /* kvdisk.h: the disk tier */
 
 struct kv_opts {
     int n_layer;             /* transformer layers, 1..KV_MAX_DIM */
@@ -77,6 +78,11 @@ struct kv_opts {
                                 block hashes are ANDed with it, to force collisions */
     struct kvev *events;     /* NULL (the default), or where blocks entering and leaving the
                                 prefix cache are reported (kvevents.h); not owned */
+    struct kvdisk *disk;     /* NULL (the default), or the disk tier (kvdisk.h; of this cache's
+                                layout): evicted prefix blocks are spilled there, prompt blocks
+                                missing from the pool are restored from it, and kv_destroy
+                                spills every block still registered. Not owned: close it after
+                                kv_destroy. Unused without storage or with a hash_mask. */
 };
 
 /* Options with type TENSOR_F16, no_storage false, hash_mask 0. Thread-safe. */
@@ -144,7 +150,10 @@ attnd_status kv_check_fits(const struct kv_cache *c, size_t n_tokens);
 /* Creates a sequence that may grow to max_tokens tokens (prompt + generated), with a copy
  * of the leading cached blocks of prompt[0..n_prompt) (reference counts +1). *n_cached gets
  * the number of prompt tokens already computed (a multiple of 16, at most n_prompt - 1, 0 if
- * n_prompt is 0); the caller appends prompt[*n_cached..] next. Takes no free block.
+ * n_prompt is 0); the caller appends prompt[*n_cached..] next. Takes no free block, except
+ * with a disk tier: a prompt block found on disk (not in the pool) is read into a newly
+ * allocated block (evicting as kv_seq_append does) while kv_can_allocate(c, 1) holds, and
+ * registered as if computed; a file that fails its checks is skipped (the block recomputed).
  * Returns ATTND_ERR_INVALID for NULL pointers, max_tokens 0 or < n_prompt, or a negative
  * token id; ATTND_ERR_RANGE if max_tokens cannot fit in the pool (kv_check_fits);
  * ATTND_ERR_NOMEM if host memory runs out. Nothing changes on failure. prompt may be NULL
@@ -215,6 +224,7 @@ struct kv_stats {
     uint64_t hit_tokens;         /* hit_blocks * 16: prompt tokens not recomputed */
     uint64_t evictions;          /* cached blocks evicted to satisfy an allocation */
     uint64_t dedups;             /* committed blocks swapped for an identical cached one */
+    uint64_t disk_hit_blocks;    /* of hit_blocks, restored from the disk tier */
     uint64_t tokens_stored;      /* tokens held by used blocks (a shared block counts once) */
     uint64_t tokens_logical;     /* sum of sequence lengths (shared tokens count per sequence) */
     uint64_t token_capacity;     /* used * 16 */

@@ -24,6 +24,7 @@
 struct gram;
 struct iv_set;
 struct kvev;
+struct kvdisk;
 struct model;
 struct tokenizer;
 struct sched;
@@ -46,6 +47,8 @@ struct sched_opts {
     int vk_device;      /* fwd_opts.vk_device: 0 = the best Vulkan device, N = index N - 1 */
     struct kvev *kv_events; /* NULL, or where the prefix cache reports its blocks (kvevents.h);
                                not owned: destroy it after the scheduler */
+    struct kvdisk *kv_disk; /* NULL, or the prefix cache's disk tier (kvdisk.h, opened for this
+                               model and kv_type); not owned: close it after the scheduler */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */

@@ -18,6 +18,7 @@
 
 #include "attnd/chat_template.h"
 #include "attnd/http.h"
+#include "attnd/kvdisk.h"
 #include "attnd/kvevents.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
@@ -36,11 +37,14 @@
 struct loader {
     const char *path;
     struct sched_opts so;
+    const char *disk_dir; /* --kv-disk, or NULL */
+    size_t disk_bytes;    /* --kv-disk-bytes */
     pthread_t main_thread;
     /* results, read after the SIGUSR1 */
     struct model *m;
     struct tokenizer *tok;
     struct sched *s;
+    struct kvdisk *disk; /* the disk tier (--kv-disk), closed after the scheduler */
     bool ok;
 };
 
@@ -57,7 +61,10 @@ static void *load_main(void *arg)
         /* F32 weights get an F32 KV cache (exact golden numbers); smaller weights an F16 one */
         if (L->so.kv_type == KV_TYPE_AUTO)
             L->so.kv_type = L->m->hp.n_layer > 0 && L->m->layers[0].wq.type == TENSOR_F32 ? TENSOR_F32 : TENSOR_F16;
-        attnd_status st = sched_create(L->m, L->tok, &L->so, &L->s);
+        attnd_status st = ATTND_OK;
+        if (L->disk_dir && !(st = kvdisk_open_model(L->disk_dir, L->disk_bytes, L->m, L->so.kv_type, &L->disk)))
+            L->so.kv_disk = L->disk;
+        if (!st) st = sched_create(L->m, L->tok, &L->so, &L->s);
         if (st) log_error("cannot start the scheduler: %s", attnd_status_str(st));
         else L->ok = true;
     }
@@ -73,6 +80,8 @@ struct serve_args {
     long grace_ms;
     int kv_type; /* enum tensor_type, or KV_TYPE_AUTO */
     const char *kv_events, *kv_events_replay, *kv_events_topic; /* --kv-events* (kvevents.h) */
+    const char *kv_disk;  /* --kv-disk DIR (kvdisk.h) */
+    size_t kv_disk_bytes; /* --kv-disk-bytes */
 };
 
 static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENSOR_F16}, {NULL, 0}};
@@ -104,6 +113,8 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--kv-events-replay", NULL, CLI_STR, &A->kv_events_replay, "ENDPOINT", "a ROUTER socket bound here replays the last 10000 event batches")},
         {CLI_OPT("--kv-events-topic", NULL, CLI_STR, &A->kv_events_topic, "TOPIC", "first frame of each event message (default empty; llm-d reads\n"
                  "kv@POD@MODEL)")},
+        {CLI_OPT("--kv-disk", NULL, CLI_STR, &A->kv_disk, "DIR", "spill evicted prefix blocks to DIR, restore them on a hit (docs/DEPLOY.md)")},
+        {CLI_OPT("--kv-disk-bytes", NULL, CLI_SIZE, &A->kv_disk_bytes, "BYTES", "budget of --kv-disk's files, oldest deleted first (default 1 GiB)"), CLI_RANGE(1, 1L << 50)},
         {CLI_OPT("--max-body", NULL, CLI_SIZE, &hc->max_body, "BYTES", "largest request body (default 1048576; bigger: 413)"), CLI_RANGE(64, 1L << 30)},
         {CLI_OPT("--max-tokens-cap", NULL, CLI_INT, &hc->max_tokens_cap, "N", "largest max_tokens a request may ask (default 4096)"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--keep-requests", NULL, CLI_INT, &hc->keep_requests, "N", "finished requests /attention can address (default 16)"), CLI_RANGE(1, 1 << 16)},
@@ -283,7 +294,8 @@ int cmd_serve(int argc, char **argv)
     struct http_server *srv = NULL;
     /* static: on a signal during the load this function returns while the loader still runs */
     static struct loader L;
-    L = (struct loader){.path = A.model_path, .so = A.so, .main_thread = pthread_self()};
+    L = (struct loader){.path = A.model_path, .so = A.so, .main_thread = pthread_self(), .disk_dir = A.kv_disk,
+                        .disk_bytes = A.kv_disk_bytes ? A.kv_disk_bytes : (size_t)1 << 30};
     pthread_t loader;
     bool loader_started = false;
     attnd_status hst = http_create(&A.hc, &srv, err, sizeof err);
@@ -322,6 +334,7 @@ out:
     if (loader_started) pthread_join(loader, NULL);
     http_destroy(srv);
     sched_destroy(L.s, 0);
+    kvdisk_close(L.disk); /* after the scheduler, whose cache spills to it */
     tok_destroy(L.tok);
     model_destroy(L.m);
     kvev_destroy(kve); /* after the scheduler, whose cache reports to it */

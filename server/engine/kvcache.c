@@ -3,6 +3,7 @@
 #include "attnd/kvcache.h"
 
 #include "attnd/check.h"
+#include "attnd/kvdisk.h"
 #include "attnd/kvevents.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -72,7 +73,9 @@ struct kv_cache {
     struct kv_seq *seqs;         /* live sequences, newest first */
     size_t n_seqs;
 
-    uint64_t lookups, lookup_blocks, hit_blocks, evictions, dedups;
+    uint64_t lookups, lookup_blocks, hit_blocks, evictions, dedups, disk_hits;
+    unsigned char *disk_buf;     /* (kv_bytes_per_block) a block read from the disk tier, or NULL
+                                    when the cache has no usable disk tier */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -259,6 +262,8 @@ static int32_t index_find(const struct kv_cache *c, uint64_t hash, int32_t paren
 
 /* Takes a block for writing: from the free list, else evicts the least recently used cached
  * block. The caller has checked that one exists. */
+static void block_spill(struct kv_cache *c, int32_t b, bool wait);
+
 static int32_t block_alloc(struct kv_cache *c)
 {
     int32_t b;
@@ -269,6 +274,7 @@ static int32_t block_alloc(struct kv_cache *c)
         ATTND_CHECK(b >= 0);
         lru_remove(c, b);
         index_remove(c, b);
+        block_spill(c, b, false); /* to the disk tier, if there is one: copied out, written later */
         kvev_block_removed(c->opts.events, c->blocks[b].hash);
         c->blocks[b].registered = false;
         c->blocks[b].gen++; /* children registered under this block no longer match it */
@@ -309,6 +315,69 @@ static void block_unref(struct kv_cache *c, int32_t b)
         k->gen++;
         free_push(c, b);
     }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The disk tier (kvdisk.h): a block's payload is, per layer, its K then its V
+ * ------------------------------------------------------------------------------------------ */
+
+_Static_assert(KVDISK_BLOCK_TOKENS == KV_BLOCK_SIZE, "a disk block is a pool block");
+
+/* Copies block b's K/V of every layer to buf (out) or from it. */
+static void block_copy(struct kv_cache *c, int32_t b, unsigned char *buf, bool out)
+{
+    size_t off = (size_t)b * c->block_stride;
+    for (int l = 0; l < c->opts.n_layer; l++) {
+        unsigned char *k = (unsigned char *)kv_k_base(c, l) + off, *v = (unsigned char *)kv_v_base(c, l) + off;
+        unsigned char *bk = buf + 2u * (size_t)l * c->block_stride, *bv = bk + c->block_stride;
+        if (out) {
+            memcpy(bk, k, c->block_stride);
+            memcpy(bv, v, c->block_stride);
+        } else {
+            memcpy(k, bk, c->block_stride);
+            memcpy(v, bv, c->block_stride);
+        }
+    }
+}
+
+/* Queues registered block b for the disk tier unless it is there already. wait: block until
+ * the writer's queue has room (kv_destroy's flush), else a full queue drops it. */
+static void block_spill(struct kv_cache *c, int32_t b, bool wait)
+{
+    const struct kv_block *k = &c->blocks[b];
+    if (!c->disk_buf || !k->registered) return;
+    unsigned char *p = kvdisk_put_begin(c->opts.disk, k->hash, wait);
+    if (!p) return;
+    block_copy(c, b, p, true);
+    struct kvdisk_block db = {.hash = k->hash, .parent_hash = k->parent_hash};
+    memcpy(db.tokens, k->tokens, sizeof db.tokens);
+    kvdisk_put_end(c->opts.disk, &db, p);
+}
+
+/* A prompt block missing from the pool, read from the disk tier into a new block (reference
+ * 1) and registered under the given hash, parent hash and parent block; -1 if the disk has no
+ * valid file for it or no block can be had. */
+static int32_t block_restore(struct kv_cache *c, uint64_t hash, uint64_t parent_hash, int32_t parent,
+                             const int32_t *tokens, bool first)
+{
+    if (!c->disk_buf || !kv_can_allocate(c, 1) || !kvdisk_has(c->opts.disk, hash)) return -1;
+    struct kvdisk_block want = {.hash = hash, .parent_hash = parent_hash};
+    memcpy(want.tokens, tokens, sizeof want.tokens);
+    if (kvdisk_get(c->opts.disk, &want, c->disk_buf) != ATTND_OK) return -1;
+    int32_t b = block_alloc(c);
+    block_copy(c, b, c->disk_buf, false);
+    struct kv_block *k = &c->blocks[b];
+    k->fill = KV_BLOCK_SIZE;
+    k->hash = hash;
+    k->parent_hash = parent_hash;
+    k->parent = parent;
+    k->parent_gen = parent >= 0 ? c->blocks[parent].gen : 0;
+    memcpy(k->tokens, tokens, sizeof k->tokens);
+    k->registered = true;
+    index_insert(c, b);
+    kvev_block_stored(c->opts.events, hash, !first || parent_hash != KV_HASH_ROOT, parent_hash, k->tokens);
+    c->disk_hits++;
+    return b;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -353,6 +422,10 @@ attnd_status kv_create(const struct kv_opts *opts, struct kv_cache **out)
         if (total >= (2u << 20)) madvise(m, total, MADV_HUGEPAGE);
         c->mem = m;
         c->mem_bytes = total;
+        if (opts->disk && !opts->hash_mask) {
+            c->disk_buf = malloc(stride * 2u * (size_t)opts->n_layer);
+            if (!c->disk_buf) goto nomem;
+        }
     }
 
     /* push in reverse so the first allocations take blocks 0, 1, 2, ... */
@@ -367,6 +440,7 @@ attnd_status kv_create(const struct kv_opts *opts, struct kv_cache **out)
     return ATTND_OK;
 
 nomem:
+    if (c->mem) munmap(c->mem, c->mem_bytes);
     free(c->blocks);
     free(c->buckets);
     free(c);
@@ -384,6 +458,9 @@ static void seq_free(struct kv_seq *s)
 void kv_destroy(struct kv_cache *c)
 {
     if (!c) return;
+    /* what the pool still holds goes to the disk tier, so that a restart finds it */
+    for (size_t i = 0; c->disk_buf && i < c->n_blocks; i++) block_spill(c, (int32_t)i, true);
+    free(c->disk_buf);
     kvev_all_cleared(c->opts.events);
     while (c->seqs) {
         struct kv_seq *s = c->seqs;
@@ -475,8 +552,8 @@ attnd_status kv_seq_create_keyed(struct kv_cache *c, uint64_t key, const int32_t
         const int32_t *t = prompt + k * KV_BLOCK_SIZE;
         uint64_t hk = cache_hash(c, h, t);
         int32_t b = index_find(c, hk, parent, s->root, t);
-        if (b < 0) break;
-        block_ref(c, b);
+        if (b >= 0) block_ref(c, b);
+        else if ((b = block_restore(c, hk, h, parent, t, k == 0)) < 0) break;
         s->table[k] = b;
         s->hashes[k] = hk;
         parent = b;
@@ -633,6 +710,7 @@ void kv_get_stats(const struct kv_cache *c, struct kv_stats *out)
     out->hit_tokens = c->hit_blocks * KV_BLOCK_SIZE;
     out->evictions = c->evictions;
     out->dedups = c->dedups;
+    out->disk_hit_blocks = c->disk_hits;
     for (size_t i = 0; i < c->n_blocks; i++)
         if (c->blocks[i].ref > 0) out->tokens_stored += c->blocks[i].fill;
     for (const struct kv_seq *s = c->seqs; s; s = s->next) out->tokens_logical += s->n_tokens;

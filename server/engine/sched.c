@@ -678,6 +678,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     struct kv_opts ko = kv_opts_default(hp->n_layer, hp->n_head_kv, hp->head_dim, blocks);
     ko.type = s->o.kv_type;
     ko.events = s->o.kv_events;
+    ko.disk = s->o.kv_disk;
     ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
     if ((st = kv_create(&ko, &s->kv))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
