@@ -163,6 +163,12 @@ static int read_body(const struct patch_req *q, const struct api_engine *e, stru
     if (n_cells(p) > API_PATCH_MAX_CELLS)
         return snprintf(err, n, "the grid would have %d cells (layers x %s); at most %d", n_cells(p), *param,
                         API_PATCH_MAX_CELLS), 400;
+    const double hd = p->hp.head_dim, width = (double)iv_site_width(&p->hp, p->site, -1);
+    const double floats = (double)p->n_layers * (double)p->n * width +
+                          n_cells(p) * (p->site == IV_SITE_Z ? p->n_positions * hd : width);
+    if (floats > API_PATCH_MAX_FLOATS)
+        return snprintf(err, n, "the clean activations and patches would take %.0f floats; at most %d (fewer layers "
+                        "or positions)", floats, API_PATCH_MAX_FLOATS), 413;
     *param = NULL;
     return 0;
 }

@@ -16,7 +16,8 @@
  *          (clean - corrupted), null when clean_diff == corrupted_diff,
  *          "patched_diff": same shape, the raw differences, "tokens": {"clean", "corrupted",
  *          "answer", "distractor"}, "runs", "ms"}
- * At most API_PATCH_MAX_CELLS cells. Errors are 400s naming the field. Not a public header. */
+ * At most API_PATCH_MAX_CELLS cells and API_PATCH_MAX_FLOATS floats of clean activations and patch
+ * vectors (else 413). Errors are 400s naming the field. Not a public header. */
 #ifndef ATTND_API_PATCHING_H
 #define ATTND_API_PATCHING_H
 
@@ -25,6 +26,7 @@
 #include "server/api/api.h"
 
 #define API_PATCH_MAX_CELLS 4096
+#define API_PATCH_MAX_FLOATS (32 << 20) /* the clean run's activations + the patch vectors (128 MiB) */
 
 /* Handles POST /v1/patching on c; blocks the connection's thread while the runs go. */
 enum MHD_Result api_patching(struct api_conn *c);

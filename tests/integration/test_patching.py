@@ -4,7 +4,8 @@ llama forward pass with a patch hook added here): on the tiny F32 llama, for eve
 (resid_pre, resid_post, attn_out, mlp_out, z by layer x head) the clean and corrupted logit
 differences and every grid cell ((patched - corrupted) / (clean - corrupted), the corrupted run
 with the reference's own clean activation written in) agree within 1e-4; the patched runs go
-through the scheduler together (far fewer steps than runs); a "patch" intervention on
+through the scheduler together (far fewer steps than runs); equal prompts give a grid of nulls;
+a one-token text names the answer or distractor; a "patch" intervention on
 /v1/activations changes that site at that position only; bad bodies answer 400 naming the field."""
 import base64
 import math
@@ -176,6 +177,10 @@ try:
     compare(d, "resid_post", layers=[0])
     compare(d, "z", positions=[3, 9])
     check_patch_kind(d)
+    same = d.post("/v1/patching", {"clean": CLEAN, "corrupted": CLEAN, "answer": ANSWER, "distractor": "the",
+                                   "site": "mlp_out", "layers": [1]}).json()
+    c.check(same["clean_diff"] == same["corrupted_diff"] and same["grid"] == [[None] * len(CLEAN)] and
+            same["tokens"]["distractor"] == 278, f"clean == corrupted: grid of nulls, text distractor: {str(same)[:200]}")
     check_bad(d)
 finally:
     c.check(d.stop() == 0, "daemon exit status")
