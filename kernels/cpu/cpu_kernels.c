@@ -411,11 +411,13 @@ static inline const struct kernel_set *active(void)
  * AVX-512 ISA runs where the CPU has VNNI). The quants.c types have no AVX-512 level without VNNI:
  * AVX-512 machines without it run their AVX2 kernels. */
 enum level { LV_REF, LV_AVX2, LV_AVX512, LV_VNNI, N_LEVELS };
-/* The wide GEMMs, in the order of their variants: CPU_VAR_PANEL, CPU_VAR_VNNI_PANEL, CPU_VAR_AMX. */
-enum wide { W_PANEL, W_VNNI_PANEL, W_AMX, N_WIDE };
+/* The wide GEMMs, in the order of their variants: CPU_VAR_PANEL, CPU_VAR_VNNI_PANEL, CPU_VAR_AMX and
+ * the small-batch CPU_VAR_AVX2_BATCH, CPU_VAR_VNNI_BATCH. */
+enum wide { W_PANEL, W_VNNI_PANEL, W_AMX, W_AVX2_BATCH, W_VNNI_BATCH, N_WIDE };
 _Static_assert(CPU_VAR_VNNI_PANEL == CPU_VAR_PANEL + W_VNNI_PANEL && CPU_VAR_AMX == CPU_VAR_PANEL + W_AMX &&
-                   CPU_N_VARIANTS == CPU_VAR_PANEL + N_WIDE,
-               "the wide variants are the last three, in enum wide's order");
+                   CPU_VAR_AVX2_BATCH == CPU_VAR_PANEL + W_AVX2_BATCH &&
+                   CPU_VAR_VNNI_BATCH == CPU_VAR_PANEL + W_VNNI_BATCH && CPU_N_VARIANTS == CPU_VAR_PANEL + N_WIDE,
+               "the wide variants are the last five, in enum wide's order");
 
 /* A GEMM that takes its type and may decline (returns 0: nothing written). */
 typedef int (*wide_fn)(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
@@ -451,6 +453,8 @@ FLOAT_PANEL(bf16)
 /* A quants.c type: its dots per level (no AVX-512 level without VNNI), rows through quants_gemm. */
 #define QUANTS_DOTS(T) {quants_ref_dot_##T, quants_avx2_dot_##T, NULL, quants_avx512_dot_##T}
 #define INT8_WIDE {quants_avx2_gemm, quants_avx512_gemm, cpu_amx_gemm}
+/* ... and the small-batch GEMMs (Q4_0 and the types with unsigned quants and a min) */
+#define INT8_BATCH {quants_avx2_gemm, quants_avx512_gemm, cpu_amx_gemm, quants_avx2_batch, quants_avx512_batch}
 #define INT8_PANELS {quants_avx2_gemm, quants_avx512_gemm, NULL} /* no AMX: scales per 16 weights */
 
 static const struct type_kernels g_kernels[TENSOR_TYPE_MAX] = {
@@ -474,22 +478,22 @@ static const struct type_kernels g_kernels[TENSOR_TYPE_MAX] = {
                      {ref_dot_q8_0, cpu_avx2_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0},
                      {ref_gemm_q8_0, cpu_avx2_gemm_q8_0, cpu_avx512_gemm_q8_0, cpu_avx512_gemm_q8_0},
                      MV_Q8,
-                     {NULL, quants_avx512_gemm, cpu_amx_gemm}},
+                     {NULL, quants_avx512_gemm, cpu_amx_gemm, quants_avx2_batch, quants_avx512_batch}},
     [TENSOR_Q4_0] = {dequant_q4_0,
                      {ref_dot_q4_0, cpu_avx2_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0},
                      {ref_gemm_q4_0, cpu_avx2_gemm_q4_0, cpu_avx512_gemm_q4_0, cpu_avx512_gemm_q4_0},
                      MV_Q8,
-                     INT8_WIDE},
-    [TENSOR_Q4_1] = {quants_dequant_row, QUANTS_DOTS(q4_1), {NULL}, {NULL}, INT8_WIDE},
+                     INT8_BATCH},
+    [TENSOR_Q4_1] = {quants_dequant_row, QUANTS_DOTS(q4_1), {NULL}, {NULL}, INT8_BATCH},
     [TENSOR_Q5_0] = {quants_dequant_row, QUANTS_DOTS(q5_0), {NULL}, {NULL, NULL, NULL, quants_avx512_matvec_q},
                      INT8_WIDE},
-    [TENSOR_Q5_1] = {quants_dequant_row, QUANTS_DOTS(q5_1), {NULL}, {NULL}, INT8_WIDE},
+    [TENSOR_Q5_1] = {quants_dequant_row, QUANTS_DOTS(q5_1), {NULL}, {NULL}, INT8_BATCH},
     [TENSOR_IQ4_NL] = {quants_dequant_row, QUANTS_DOTS(iq4_nl), {NULL}, {NULL}, INT8_WIDE},
     /* no wide GEMM: its mins are per 16 weights */
     [TENSOR_Q2_K] = {quants_dequant_row, QUANTS_DOTS(q2_k), {NULL}, {NULL}, {NULL}},
     [TENSOR_Q3_K] = {quants_dequant_row, QUANTS_DOTS(q3_k), {NULL}, {NULL}, INT8_PANELS},
-    [TENSOR_Q4_K] = {quants_dequant_row, QUANTS_DOTS(q4_k), {NULL}, MV_K, INT8_WIDE},
-    [TENSOR_Q5_K] = {quants_dequant_row, QUANTS_DOTS(q5_k), {NULL}, MV_K, INT8_WIDE},
+    [TENSOR_Q4_K] = {quants_dequant_row, QUANTS_DOTS(q4_k), {NULL}, MV_K, INT8_BATCH},
+    [TENSOR_Q5_K] = {quants_dequant_row, QUANTS_DOTS(q5_k), {NULL}, MV_K, INT8_BATCH},
     [TENSOR_Q6_K] = {quants_dequant_row, QUANTS_DOTS(q6_k), {NULL}, MV_K, INT8_PANELS},
     [TENSOR_IQ4_XS] = {quants_dequant_row, QUANTS_DOTS(iq4_xs), {NULL}, {NULL}, INT8_WIDE},
 };
@@ -497,6 +501,7 @@ static const struct type_kernels g_kernels[TENSOR_TYPE_MAX] = {
 #undef MV_K
 #undef QUANTS_DOTS
 #undef INT8_WIDE
+#undef INT8_BATCH
 #undef INT8_PANELS
 
 /* The row of a supported type whose n fits its block size; anything else is a caller bug. */
@@ -644,19 +649,21 @@ const char *cpu_family_name(enum cpu_family f)
 
 const char *cpu_variant_name(enum cpu_variant v)
 {
-    static const char *const names[CPU_N_VARIANTS] = {"scalar", "avx2", "avx512", "avx2-panel", "vnni-panel", "amx"};
+    static const char *const names[CPU_N_VARIANTS] = {"scalar",     "avx2", "avx512",     "avx2-panel",
+                                                      "vnni-panel", "amx",  "avx2-batch", "vnni-batch"};
     return (unsigned)v < CPU_N_VARIANTS ? names[v] : "unknown";
 }
 
-/* What each variant needs of the CPU beside its kernel in the type's row: the ISA, VNNI, and 2+
- * tokens (the wide GEMMs). */
+/* What each variant needs of the CPU beside its kernel in the type's row: the ISA, VNNI, 2+ tokens
+ * (the wide GEMMs) and the batch family (the small-batch GEMMs). */
 static const struct {
     enum cpu_isa isa;
-    unsigned char vnni, wide;
+    unsigned char vnni, wide, batch;
 } g_variant_needs[CPU_N_VARIANTS] = {
     [CPU_VAR_SCALAR] = {CPU_ISA_SCALAR, 0, 0}, [CPU_VAR_AVX2] = {CPU_ISA_AVX2, 0, 0},
     [CPU_VAR_AVX512] = {CPU_ISA_AVX512, 0, 0}, [CPU_VAR_PANEL] = {CPU_ISA_AVX2, 0, 1},
     [CPU_VAR_VNNI_PANEL] = {CPU_ISA_AVX512, 1, 1}, [CPU_VAR_AMX] = {CPU_ISA_AMX, 1, 1},
+    [CPU_VAR_AVX2_BATCH] = {CPU_ISA_AVX2, 0, 1, 1}, [CPU_VAR_VNNI_BATCH] = {CPU_ISA_AVX512, 1, 1, 1},
 };
 
 int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_variant v)
@@ -664,17 +671,21 @@ int cpu_variant_available(enum cpu_family f, enum tensor_type t, enum cpu_varian
     if ((unsigned)f >= CPU_N_FAMILIES || (unsigned)v >= CPU_N_VARIANTS || !cpu_type_supported(t)) return 0;
     const struct type_kernels *k = &g_kernels[t];
     if (cpu_kernels_init() < g_variant_needs[v].isa || (g_variant_needs[v].vnni && !g_vnni)) return 0;
+    if (g_variant_needs[v].batch && f != CPU_FAM_BATCH) return 0;
     if (g_variant_needs[v].wide) return f != CPU_FAM_MATVEC && k->wide[v - CPU_VAR_PANEL] != NULL;
     return k->dot[variant_level(v)] != NULL;
 }
 
-/* AMX tiles for 2+ tokens of their types where the CPU has them, else the VNNI int8 panel where the
- * CPU has VNNI, else the AVX2 int8 panel and the float panel for prompts, else the widest ISA that
- * has the type. Float weights are those whose activations stay F32 (tensor_dot_type). */
+/* AMX tiles for 2+ tokens of their types where the CPU has them, else for the batch family the
+ * small-batch GEMM (VNNI, then AVX2) of its types, else the VNNI int8 panel where the CPU has VNNI,
+ * else the AVX2 int8 panel and the float panel for prompts, else the widest ISA that has the type.
+ * Float weights are those whose activations stay F32 (tensor_dot_type). */
 enum cpu_variant cpu_kernels_rule(enum cpu_family f, enum tensor_type t)
 {
     if (cpu_variant_available(f, t, CPU_VAR_AMX)) return CPU_VAR_AMX;
+    if (cpu_variant_available(f, t, CPU_VAR_VNNI_BATCH)) return CPU_VAR_VNNI_BATCH;
     if (cpu_variant_available(f, t, CPU_VAR_VNNI_PANEL)) return CPU_VAR_VNNI_PANEL;
+    if (cpu_variant_available(f, t, CPU_VAR_AVX2_BATCH)) return CPU_VAR_AVX2_BATCH;
     if (cpu_variant_available(f, t, CPU_VAR_PANEL) && (tensor_dot_type(t) != TENSOR_F32 || f == CPU_FAM_GEMM))
         return CPU_VAR_PANEL;
     if (cpu_variant_available(f, t, CPU_VAR_AVX512)) return CPU_VAR_AVX512;

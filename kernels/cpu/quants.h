@@ -72,6 +72,19 @@ void quants_gemm(quants_dot_fn dot, size_t n, const void *w, size_t w_row_bytes,
  * rounding. */
 int quants_avx2_gemm(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+/* The small-batch GEMM of cpu_gemm (the batch family, 2..32 tokens; any n_tok >= 2 works) for Q8_0,
+ * Q4_0, Q4_1, Q5_1, Q4_K and Q5_K weights: 4 rows per tile, a group of tokens in the int32 lanes of
+ * one vector, each broadcast of a few weight bytes meeting the whole group; the weights unpacked
+ * only as far as one xor/abs (Q8_0) or one nibble split (Q4_0) per block (the min types: the panel
+ * GEMM's unpacking), the zero-point correction paid per token instead of per row. Returns 0, doing
+ * nothing, for other types and n_tok < 2. Exact int32 sums per block; another float order than
+ * the reference (fma, and sums per chunk of 64 blocks). AVX2 build (256-bit maddubs, 8 tokens a
+ * group, Q8_0 through the sign trick) and VNNI build (512-bit vpdpbusd, 8 tokens a group, 4 for
+ * up to 4 tokens). */
+int quants_avx2_batch(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                      const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
+int quants_avx512_batch(enum tensor_type t, size_t n, const void *w, size_t w_row_bytes, size_t r0, size_t r1,
+                        const void *a, size_t a_row_bytes, size_t n_tok, float *y, size_t y_stride);
 /* The matrix-vector product of Q8_0, Q4_0 (rows over 32768 weights declined), Q4_K, Q5_K or Q6_K
  * weights (rows [r0, r1)) with one prepared activation row, reading four rows at once: y[r] = the
  * dot of row r; returns 0, doing nothing, for other types (the VNNI build also takes Q5_0). Exact

@@ -1212,3 +1212,350 @@ int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0,
     }
     return 1;
 }
+
+/* ================================================================ small batches (2..32 tokens): Q8_0, Q4_0, and the
+ * types with unsigned quants and a min (Q4_1, Q5_1, Q4_K, Q5_K)
+ *
+ * The panel GEMM above unpacks each weight row into a panel (and, with VNNI, sums it for the +128
+ * correction) once per call: over 64 tokens that is nothing, over 4 or 8 it costs as much as the
+ * dot products. Here the weights are made ready with as little work as a row can take (Q8_0: one
+ * xor or abs per block, Q4_0: the nibbles split) and the tokens pay the zero-point correction
+ * instead, once per call and not per row: the weights are the unsigned operand, so
+ *   Q8_0 (VNNI): u = w + 128, dot = sum(u * a) - 128 * sum(a);  Q4_0: u = q, dot = sum(u * a) - 8 * sum(a)
+ * and the int32 accumulator of each (row, block) starts at -off * sum(a) per token. The min types'
+ * quants are unsigned as they are (the panel GEMM's unpacking, w = s * q - m); their min term,
+ * m * d_a * sum(a), is one more fma per (row, block). Tokens lie in
+ * lanes: one vector holds a group of tokens, G bytes of each (token l's a[G c .. G c + G) at byte
+ * G l of chunk c, 32 / G chunks per block), so one broadcast of G weight bytes meets the whole
+ * group in one multiply-accumulate:
+ *   AVX2: 256-bit vectors, G = 4, 8 tokens; vpmaddubsw then vpmaddwd, Q8_0 through the sign trick
+ *         |w| * sign(a, w) (w + 128 times a would saturate the 16-bit pairs);
+ *   VNNI: 512-bit vpdpbusd (on the Xeon here a 256-bit one issues no faster than a 512-bit one),
+ *         G = 8 (8 tokens, each in 2 int32 lanes) or, for up to 4 tokens, G = 16 (4 lanes each).
+ * Per (row, block) one conversion and one fma then apply d_w * d_a to every lane; a token's lanes
+ * are summed at the end of the row. 4 rows per tile. Sums exact in int32 per block as in the
+ * scalar reference; the float sum over blocks is in another order (per lane, fma, per chunk of
+ * BK_BLK blocks). */
+#define BK_R 4      /* rows per tile */
+#define BK_BLK 64   /* blocks per chunk of a row */
+#define BK_GROUPS 4 /* groups per pass */
+#ifdef QUANTS_VNNI
+#define BK_VB 64 /* bytes per vector */
+#else
+#define BK_VB 32
+#endif
+#define BK_LANES (BK_VB / 4)
+
+struct bk_acts {
+    _Alignas(64) int8_t x[BK_GROUPS][BK_BLK][32 / 4 * 32]; /* [group][block]: chunk c at c * BK_VB */
+    _Alignas(64) float sa[BK_GROUPS][BK_BLK][BK_LANES];    /* d_a of each lane's token (0 past the last) */
+    _Alignas(64) int32_t init[BK_GROUPS][BK_BLK][BK_LANES]; /* -off * sum(a) in each token's first lane */
+    _Alignas(64) float as[BK_GROUPS][BK_BLK][BK_LANES];     /* the min types: d_a * sum(a), first lane */
+};
+
+struct bk_rows {
+    _Alignas(64) uint8_t q[BK_R][BK_BLK][32]; /* the unsigned operand: Q4_0 q, Q8_0 w + 128 (AVX2: |w|) */
+#ifndef QUANTS_VNNI
+    _Alignas(32) int8_t sg[BK_R][BK_BLK][32]; /* AVX2 Q8_0: w, whose signs go onto the activations */
+#endif
+    _Alignas(64) uint16_t h[BK_R][BK_BLK];    /* the f16 scales, then as floats: */
+    _Alignas(64) float s[BK_R][BK_BLK];
+    _Alignas(64) float m[BK_R][BK_BLK]; /* the min types' mins */
+};
+
+/* What the tile does with a type's quants: Q8_0 (signed), Q4_0 (0..15, offset 8), the min types
+ * with quants 0..15 (Q4_1, Q4_K) and 0..31 (Q5_1, Q5_K: the AVX2 16-bit pair sums of only 4
+ * chunks add up safely). */
+enum bk_kind { BK_S8, BK_U4, BK_MIN4, BK_MIN5 };
+
+static int bk_kind_of(enum tensor_type t)
+{
+    switch (t) {
+    case TENSOR_Q8_0: return BK_S8;
+    case TENSOR_Q4_0: return BK_U4;
+    case TENSOR_Q4_1: case TENSOR_Q4_K: return BK_MIN4;
+    case TENSOR_Q5_1: case TENSOR_Q5_K: return BK_MIN5;
+    default: return -1;
+    }
+}
+
+/* Tokens [j0, j0 + nt) (nt <= BK_GROUPS * BK_VB / G), blocks [b0, b0 + nb) of Q8_0 or (q8k) Q8_K
+ * rows: interleaved as struct bk_acts says, G bytes of a token per chunk; need_sum: the sums for
+ * the min types' term. */
+static void bk_pack(int off, int q8k, int need_sum, int G, const unsigned char *pa, size_t arb, size_t j0, size_t nt,
+                    size_t b0, size_t nb, struct bk_acts *A)
+{
+    const size_t T = BK_VB / (size_t)G, ng = (nt + T - 1) / T, lpt = (size_t)G / 4; /* lanes per token */
+    for (size_t g = 0; g < ng; g++)
+        for (size_t b = 0; b < nb; b++)
+            for (size_t l = 0; l < T; l++) {
+                const size_t j = g * T + l;
+                int8_t v[32] = {0};
+                float d = 0.0f;
+                int sum = 0;
+                if (j < nt && q8k) {
+                    const size_t blk = b0 + b;
+                    const unsigned char *sbp = pa + (j0 + j) * arb + (blk / 8) * QUANTS_Q8_K_BYTES;
+                    d = ld_f32(sbp);
+                    memcpy(v, sbp + 4 + 32 * (blk % 8), 32);
+                    sum = q8k_bsum(sbp, (int)(2 * (blk % 8))) + q8k_bsum(sbp, (int)(2 * (blk % 8) + 1));
+                } else if (j < nt) {
+                    const unsigned char *blk = pa + (j0 + j) * arb + (b0 + b) * CPU_Q8_0_BYTES;
+                    d = ld_f16(blk);
+                    memcpy(v, blk + 2, 32);
+                    if (off || need_sum) sum = block_sum(blk + 2);
+                }
+                for (int c = 0; c < 32 / G; c++) memcpy(A->x[g][b] + c * BK_VB + G * (int)l, v + G * c, (size_t)G);
+                for (size_t i = 0; i < lpt; i++) {
+                    A->sa[g][b][l * lpt + i] = d;
+                    A->init[g][b][l * lpt + i] = i ? 0 : -off * sum;
+                    A->as[g][b][l * lpt + i] = i ? 0.0f : d * (float)sum;
+                }
+            }
+}
+
+/* The min types' R rows: the panel GEMM's unpacking, and the next tile's bytes prefetched. */
+static void bk_unpack_min(enum tensor_type t, const unsigned char *w0, size_t wrb, int R, size_t b0, size_t nb,
+                          struct bk_rows *W)
+{
+    const size_t cb = tensor_block_bytes(t) * nb * 32 / tensor_block_elems(t);
+    const size_t co = tensor_block_bytes(t) * b0 * 32 / tensor_block_elems(t);
+    for (int ri = 0; ri < R; ri++) {
+        const unsigned char *row = w0 + (size_t)ri * wrb;
+        for (size_t i = 0; i < cb; i += 64) _mm_prefetch((const char *)(row + BK_R * wrb + co + i), _MM_HINT_T0);
+        pg_unpack_s32(t, row, b0, nb, (int8_t *)(void *)W->q[ri][0], W->s[ri], W->m[ri]);
+    }
+}
+
+/* R rows from w0 (wrb bytes apart), blocks [b0, b0 + nb): the unsigned operand and the scales; the
+ * same blocks of the next tile's rows are prefetched. */
+static void bk_unpack(enum tensor_type t, const unsigned char *w0, size_t wrb, int R, size_t b0, size_t nb,
+                      struct bk_rows *W)
+{
+    if (t != TENSOR_Q8_0 && t != TENSOR_Q4_0) {
+        bk_unpack_min(t, w0, wrb, R, b0, nb, W);
+        return;
+    }
+    const int q4 = t == TENSOR_Q4_0;
+    const size_t bb = q4 ? CPU_Q4_0_BYTES : CPU_Q8_0_BYTES;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int ri = 0; ri < R; ri++) {
+        const unsigned char *row = w0 + (size_t)ri * wrb + b0 * bb;
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *pw = row + b * bb;
+            _mm_prefetch((const char *)(pw + BK_R * wrb), _MM_HINT_T0);
+            memcpy(&W->h[ri][b], pw, 2);
+            if (q4) {
+                const __m128i raw = loadu128(pw + 2);
+                _mm_store_si128((__m128i *)(void *)W->q[ri][b], _mm_and_si128(raw, m4));
+                _mm_store_si128((__m128i *)(void *)(W->q[ri][b] + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+                continue;
+            }
+            const __m256i wv = loadu256(pw + 2);
+#ifdef QUANTS_VNNI
+            _mm256_store_si256((__m256i *)(void *)W->q[ri][b], _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)));
+#else
+            _mm256_store_si256((__m256i *)(void *)W->q[ri][b], _mm256_abs_epi8(wv));
+            _mm256_store_si256((__m256i *)(void *)W->sg[ri][b], wv);
+#endif
+        }
+        for (size_t b = 0; b < nb; b += 8) /* past nb: scales of no block, never read */
+            _mm256_store_ps(W->s[ri] + b, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(W->h[ri] + b))));
+    }
+}
+
+#define BK_LD(p) _mm256_load_si256((const __m256i *)(const void *)(p))
+
+#ifdef QUANTS_VNNI
+typedef __m512 bk_vf;
+
+/* R rows of W against group g over nb blocks, G = 8 or 16: out[ri] = the group's lanes of row ri. */
+static inline __attribute__((always_inline)) void bk_tile(int R, int G, int mn, size_t nb, const struct bk_rows *W,
+                                                          const struct bk_acts *A, size_t g, bk_vf out[BK_R])
+{
+    __m512 acc[BK_R];
+#pragma GCC unroll 4
+    for (int ri = 0; ri < R; ri++) acc[ri] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const __m512 sab = _mm512_load_ps(A->sa[g][b]);
+        const __m512i ib = _mm512_load_si512((const void *)A->init[g][b]);
+        __m512i x[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 32 / G; c++) x[c] = _mm512_load_si512((const void *)(A->x[g][b] + 64 * c));
+#pragma GCC unroll 4
+        for (int ri = 0; ri < R; ri++) {
+            const uint8_t *q = W->q[ri][b];
+            __m512i isum = ib;
+            if (G == 8) {
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    long long w8;
+                    memcpy(&w8, q + 8 * c, 8);
+                    isum = _mm512_dpbusd_epi32(isum, _mm512_set1_epi64(w8), x[c]);
+                }
+            } else {
+                isum = _mm512_dpbusd_epi32(isum, _mm512_broadcast_i32x4(loadu128(q)), x[0]);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_broadcast_i32x4(loadu128(q + 16)), x[1]);
+            }
+            acc[ri] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_set1_ps(W->s[ri][b]), sab), acc[ri]);
+            if (mn) acc[ri] = _mm512_fnmadd_ps(_mm512_set1_ps(W->m[ri][b]), _mm512_load_ps(A->as[g][b]), acc[ri]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int ri = 0; ri < R; ri++) out[ri] = acc[ri];
+}
+
+static inline void bk_store_lanes(float *l, bk_vf v) { _mm512_store_ps(l, v); }
+
+/* constant R, G and min per call so the tile unrolls into registers (the quants' range only
+ * changes the unpacking) */
+#define BK_TILE_R(G, MN)                                      \
+    switch (R) {                                              \
+    case 1: bk_tile(1, G, MN, nb, W, A, g, out); return;      \
+    case 2: bk_tile(2, G, MN, nb, W, A, g, out); return;      \
+    case 3: bk_tile(3, G, MN, nb, W, A, g, out); return;      \
+    default: bk_tile(4, G, MN, nb, W, A, g, out); return;     \
+    }
+
+static void bk_tile_rt(int R, int G, int kind, size_t nb, const struct bk_rows *W, const struct bk_acts *A, size_t g,
+                       bk_vf out[BK_R])
+{
+    const int mn = kind == BK_MIN4 || kind == BK_MIN5;
+    if (G == 16 && mn) BK_TILE_R(16, 1)
+    if (G == 16) BK_TILE_R(16, 0)
+    if (mn) BK_TILE_R(8, 1)
+    BK_TILE_R(8, 0)
+}
+#else
+typedef __m256 bk_vf;
+
+static inline __m256i bk_bcast(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* R rows of W against group g over nb blocks (G = 4): out[ri] = the 8 tokens' partial dots of row ri. */
+static inline __attribute__((always_inline)) void bk_tile(int R, int kind, size_t nb, const struct bk_rows *W,
+                                                          const struct bk_acts *A, size_t g, __m256 out[BK_R])
+{
+    __m256 acc[BK_R];
+#pragma GCC unroll 4
+    for (int ri = 0; ri < R; ri++) acc[ri] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (size_t b = 0; b < nb; b++) {
+        const __m256 sab = _mm256_load_ps(A->sa[g][b]);
+        const __m256i ib = BK_LD(A->init[g][b]);
+        const int8_t *x = A->x[g][b];
+#pragma GCC unroll 4
+        for (int ri = 0; ri < R; ri++) {
+            const uint8_t *q = W->q[ri][b];
+            __m256i isum;
+            if (kind != BK_S8) { /* pairs <= 2 * 15 * 127: eight chunks add in int16 (31: four) */
+                __m256i p0 = _mm256_maddubs_epi16(bk_bcast(q), BK_LD(x));
+                __m256i p1 = _mm256_maddubs_epi16(bk_bcast(q + 4), BK_LD(x + 32));
+#pragma GCC unroll 3
+                for (int k = 2; k < 8; k += 2) {
+                    p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(bk_bcast(q + 4 * k), BK_LD(x + 32 * k)));
+                    p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(bk_bcast(q + 4 * k + 4), BK_LD(x + 32 * k + 32)));
+                }
+                if (kind == BK_MIN5)
+                    isum = _mm256_add_epi32(ib, _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+                else
+                    isum = _mm256_add_epi32(ib, _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+            } else { /* |w| * sign(a, w): pairs <= 2 * 128 * 127, one madd per chunk */
+                const int8_t *sg = W->sg[ri][b];
+                __m256i i0 = ib, i1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 8; k += 2) {
+                    const __m256i a0 = _mm256_sign_epi8(BK_LD(x + 32 * k), bk_bcast(sg + 4 * k));
+                    const __m256i a1 = _mm256_sign_epi8(BK_LD(x + 32 * k + 32), bk_bcast(sg + 4 * k + 4));
+                    i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(bk_bcast(q + 4 * k), a0), ones));
+                    i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(bk_bcast(q + 4 * k + 4), a1), ones));
+                }
+                isum = _mm256_add_epi32(i0, i1);
+            }
+            acc[ri] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(W->s[ri][b]), sab),
+                                      acc[ri]);
+            if (kind == BK_MIN4 || kind == BK_MIN5)
+                acc[ri] = _mm256_fnmadd_ps(_mm256_set1_ps(W->m[ri][b]), _mm256_load_ps(A->as[g][b]), acc[ri]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int ri = 0; ri < R; ri++) out[ri] = acc[ri];
+}
+
+static inline void bk_store_lanes(float *l, bk_vf v) { _mm256_store_ps(l, v); }
+
+/* constant R and kind per call so the tile unrolls into registers */
+#define BK_TILE_R(K)                                      \
+    switch (R) {                                          \
+    case 1: bk_tile(1, K, nb, W, A, g, out); return;      \
+    case 2: bk_tile(2, K, nb, W, A, g, out); return;      \
+    case 3: bk_tile(3, K, nb, W, A, g, out); return;      \
+    default: bk_tile(4, K, nb, W, A, g, out); return;     \
+    }
+
+static void bk_tile_rt(int R, int G, int kind, size_t nb, const struct bk_rows *W, const struct bk_acts *A, size_t g,
+                       bk_vf out[BK_R])
+{
+    (void)G;
+    switch (kind) {
+    case BK_S8: BK_TILE_R(BK_S8)
+    case BK_U4: BK_TILE_R(BK_U4)
+    case BK_MIN4: BK_TILE_R(BK_MIN4)
+    default: BK_TILE_R(BK_MIN5)
+    }
+}
+#endif
+
+/* The small-batch GEMM of Q8_0, Q4_0, Q4_1, Q5_1, Q4_K and Q5_K (cpu_gemm's contract); returns 0,
+ * doing nothing, for other types and n_tok < 2. Any n_tok works (BK_GROUPS groups per pass); meant
+ * for the batch family. */
+int QS(batch)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0, size_t r1, const void *a,
+              size_t arb, size_t n_tok, float *y, size_t ys)
+{
+    const int kind = bk_kind_of(t), q8k = tensor_dot_type(t) == TENSOR_Q8_K;
+    if (n_tok < 2 || kind < 0 || (q8k && n % QUANTS_QK_K)) return 0;
+#ifdef QUANTS_VNNI
+    const int off = kind == BK_U4 ? 8 : kind == BK_S8 ? 128 : 0, G = n_tok <= 4 ? 16 : 8;
+#else
+    const int off = kind == BK_U4 ? 8 : 0, G = 4;
+#endif
+    const int need_sum = kind == BK_MIN4 || kind == BK_MIN5;
+    static __thread struct bk_acts acts; /* thread-local like the panel GEMM's: ~80 KiB + 11 KiB */
+    static __thread struct bk_rows rows;
+    const unsigned char *pw = w;
+    const size_t nb = n / 32, T = BK_VB / (size_t)G, lpt = (size_t)G / 4, pass = BK_GROUPS * T;
+    for (size_t j0 = 0; j0 < n_tok; j0 += pass) {
+        const size_t nt = n_tok - j0 < pass ? n_tok - j0 : pass, ng = (nt + T - 1) / T;
+        if (nb == 0) /* an empty dot is 0 */
+            for (size_t j = 0; j < nt; j++)
+                for (size_t r = r0; r < r1; r++) y[(j0 + j) * ys + r] = 0.0f;
+        for (size_t b0 = 0; b0 < nb; b0 += BK_BLK) {
+            const size_t nbc = nb - b0 < BK_BLK ? nb - b0 : BK_BLK;
+            bk_pack(off, q8k, need_sum, G, a, arb, j0, nt, b0, nbc, &acts);
+            for (size_t r = r0; r < r1; r += BK_R) {
+                const int R = r1 - r < BK_R ? (int)(r1 - r) : BK_R;
+                bk_unpack(t, pw + r * wrb, wrb, R, b0, nbc, &rows);
+                for (size_t g = 0; g < ng; g++) {
+                    bk_vf out[BK_R];
+                    _Alignas(64) float l[BK_LANES];
+                    bk_tile_rt(R, G, kind, nbc, &rows, &acts, g, out);
+                    const size_t lt = nt - g * T < T ? nt - g * T : T;
+                    for (int ri = 0; ri < R; ri++) {
+                        bk_store_lanes(l, out[ri]);
+                        for (size_t i = 0; i < lt; i++) {
+                            float v = l[i * lpt];
+                            for (size_t k = 1; k < lpt; k++) v += l[i * lpt + k];
+                            float *yo = y + (j0 + g * T + i) * ys + r + (size_t)ri;
+                            *yo = (b0 ? *yo : 0.0f) + v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return 1;
+}
