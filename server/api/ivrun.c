@@ -51,6 +51,13 @@ static void on_event(void *ud, const struct sched_event *ev)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A refusal that room in the queue lifts (the queue, or this owner's share of it, is full): not
+ * a bad request, no memory, or a scheduler shutting down. */
+static bool retryable(attnd_status st, const char *msg)
+{
+    return st != ATTND_ERR_INVALID && st != ATTND_ERR_RANGE && st != ATTND_ERR_NOMEM && !strstr(msg, "shutting down");
+}
+
 /* Submits jobs from *next on while the queue takes them (the engine held). Returns 0 (all in, or
  * the queue is full: try again later) or an HTTP status with err. */
 static int submit_some(struct sched *s, struct run *r, const struct ivrun_job *jobs, int n, int *next, char *err,
@@ -62,7 +69,7 @@ static int submit_some(struct sched *s, struct run *r, const struct ivrun_job *j
                                     .sampling = sampler_params_default(), .iv = j->iv};
         char m[256] = "";
         attnd_status st = sched_submit(s, &req, on_event, &r->slots[*next], &r->ids[*next], m, sizeof m);
-        if (st == ATTND_ERR_UNSUPPORTED && strstr(m, "queue is full")) return 0;
+        if (st && retryable(st, m)) return 0;
         if (st) return snprintf(err, errlen, "%s", m), api_status_code(st, false);
         (*next)++;
     }
