@@ -5,12 +5,15 @@ llama forward pass with a patch hook added here): on the tiny F32 llama, for eve
 differences and every grid cell ((patched - corrupted) / (clean - corrupted), the corrupted run
 with the reference's own clean activation written in) agree within 1e-4; the patched runs go
 through the scheduler together (far fewer steps than runs); equal prompts give a grid of nulls;
-a one-token text names the answer or distractor; a "patch" intervention on
+a one-token text names the answer or distractor; a client that leaves cancels the runs; a "patch" intervention on
 /v1/activations changes that site at that position only; bad bodies answer 400 naming the field."""
 import base64
+import json
 import math
 import re
+import socket
 import struct
+import time
 
 from attnd_daemon import Checker, Daemon, model
 from iv_reference import Llama, _mv, _rmsnorm
@@ -169,6 +172,26 @@ def check_bad(d):
         c.check(r.status_code == 400 and field in r.text, f"bad patch {i}: {r.status_code} {r.text[:200]}")
 
 
+def check_client_gone(d):
+    """A client that leaves mid-grid cancels its runs: 802 runs of 400 tokens take at least 1250
+    steps of 256 tokens; a generation right after answers at once and the steps stop."""
+    ids = [1] + [3 + (i * 37) % 3000 for i in range(399)]
+    body = json.dumps({"clean": ids, "corrupted": ids[:5] + [77] + ids[6:], "answer": ANSWER,
+                       "distractor": DISTRACTOR, "site": "mlp_out"}).encode()
+    s0 = steps(d)
+    sock = socket.create_connection(("127.0.0.1", d.port))
+    sock.sendall(b"POST /v1/patching HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.2)
+    sock.close()
+    t = time.time()
+    r = d.post("/v1/generate", {"prompt": [1, 2, 3], "max_tokens": 4})
+    wall = time.time() - t
+    time.sleep(0.3)
+    n = steps(d) - s0
+    c.check(r.status_code == 200 and wall < 5 and n < 1000 and steps(d) - s0 == n,
+            f"client gone: generate {r.status_code} in {wall:.2f} s, {n} steps in all")
+
+
 d = Daemon(MODEL, "--ctx", "4096")
 try:
     compare(d, "resid_pre")
@@ -182,6 +205,7 @@ try:
     c.check(same["clean_diff"] == same["corrupted_diff"] and same["grid"] == [[None] * len(CLEAN)] and
             same["tokens"]["distractor"] == 278, f"clean == corrupted: grid of nulls, text distractor: {str(same)[:200]}")
     check_bad(d)
+    check_client_gone(d)
 finally:
     c.check(d.stop() == 0, "daemon exit status")
 
