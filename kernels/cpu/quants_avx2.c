@@ -1239,6 +1239,9 @@ int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0,
 #define BK_R 4      /* rows per tile */
 #define BK_BLK 64   /* blocks per chunk of a row */
 #define BK_GROUPS 4 /* groups per pass */
+#ifndef BK_PF_ROWS
+#define BK_PF_ROWS BK_R /* how far ahead the tile prefetches: the next tile */
+#endif
 #ifdef QUANTS_VNNI
 #define BK_VB 64 /* bytes per vector */
 #else
@@ -1268,6 +1271,21 @@ struct bk_rows {
  * chunks add up safely). */
 enum bk_kind { BK_S8, BK_U4, BK_MIN4, BK_MIN5 };
 
+/* The weights a tile prefetches while it computes, spread over its blocks (so the memory works while
+ * the multipliers do; all at once, they waited on the unpacking for a third of the time): block b
+ * of rows p, p + wrb, .. (BK_R of them), bb bytes per block of 32; p NULL: none. */
+struct bk_pf {
+    const unsigned char *p;
+    size_t wrb, bb;
+};
+
+static inline void bk_prefetch(const struct bk_pf *pf, size_t b)
+{
+    if (!pf->p) return;
+#pragma GCC unroll 4
+    for (int ri = 0; ri < BK_R; ri++) _mm_prefetch((const char *)(pf->p + (size_t)ri * pf->wrb + b * pf->bb), _MM_HINT_T0);
+}
+
 static int bk_kind_of(enum tensor_type t)
 {
     switch (t) {
@@ -1277,6 +1295,18 @@ static int bk_kind_of(enum tensor_type t)
     case TENSOR_Q5_1: case TENSOR_Q5_K: return BK_MIN5;
     default: return -1;
     }
+}
+
+/* One token's 32 activations of a block into its place in the group's chunks, G bytes per chunk
+ * (constant sizes: plain moves, no memcpy call). */
+static inline void bk_put(int8_t *dst, const int8_t *v, int G)
+{
+    if (G == 4)
+        for (int c = 0; c < 8; c++) memcpy(dst + c * BK_VB, v + 4 * c, 4);
+    else if (G == 8)
+        for (int c = 0; c < 4; c++) memcpy(dst + c * BK_VB, v + 8 * c, 8);
+    else
+        for (int c = 0; c < 2; c++) memcpy(dst + c * BK_VB, v + 16 * c, 16);
 }
 
 /* Tokens [j0, j0 + nt) (nt <= BK_GROUPS * BK_VB / G), blocks [b0, b0 + nb) of Q8_0 or (q8k) Q8_K
@@ -1305,7 +1335,7 @@ static void bk_pack(int off, int q8k, int need_sum, int G, const unsigned char *
                     memcpy(v, blk + 2, 32);
                     if (off || need_sum) sum = block_sum(blk + 2);
                 }
-                for (int c = 0; c < 32 / G; c++) memcpy(A->x[g][b] + c * BK_VB + G * (int)l, v + G * c, (size_t)G);
+                bk_put(A->x[g][b] + G * (int)l, v, G);
                 for (size_t i = 0; i < lpt; i++) {
                     A->sa[g][b][l * lpt + i] = d;
                     A->init[g][b][l * lpt + i] = i ? 0 : -off * sum;
@@ -1314,21 +1344,16 @@ static void bk_pack(int off, int q8k, int need_sum, int G, const unsigned char *
             }
 }
 
-/* The min types' R rows: the panel GEMM's unpacking, and the next tile's bytes prefetched. */
+/* The min types' R rows: the panel GEMM's unpacking. */
 static void bk_unpack_min(enum tensor_type t, const unsigned char *w0, size_t wrb, int R, size_t b0, size_t nb,
                           struct bk_rows *W)
 {
-    const size_t cb = tensor_block_bytes(t) * nb * 32 / tensor_block_elems(t);
-    const size_t co = tensor_block_bytes(t) * b0 * 32 / tensor_block_elems(t);
     for (int ri = 0; ri < R; ri++) {
-        const unsigned char *row = w0 + (size_t)ri * wrb;
-        for (size_t i = 0; i < cb; i += 64) _mm_prefetch((const char *)(row + BK_R * wrb + co + i), _MM_HINT_T0);
-        pg_unpack_s32(t, row, b0, nb, (int8_t *)(void *)W->q[ri][0], W->s[ri], W->m[ri]);
+        pg_unpack_s32(t, w0 + (size_t)ri * wrb, b0, nb, (int8_t *)(void *)W->q[ri][0], W->s[ri], W->m[ri]);
     }
 }
 
-/* R rows from w0 (wrb bytes apart), blocks [b0, b0 + nb): the unsigned operand and the scales; the
- * same blocks of the next tile's rows are prefetched. */
+/* R rows from w0 (wrb bytes apart), blocks [b0, b0 + nb): the unsigned operand and the scales. */
 static void bk_unpack(enum tensor_type t, const unsigned char *w0, size_t wrb, int R, size_t b0, size_t nb,
                       struct bk_rows *W)
 {
@@ -1343,7 +1368,6 @@ static void bk_unpack(enum tensor_type t, const unsigned char *w0, size_t wrb, i
         const unsigned char *row = w0 + (size_t)ri * wrb + b0 * bb;
         for (size_t b = 0; b < nb; b++) {
             const unsigned char *pw = row + b * bb;
-            _mm_prefetch((const char *)(pw + BK_R * wrb), _MM_HINT_T0);
             memcpy(&W->h[ri][b], pw, 2);
             if (q4) {
                 const __m128i raw = loadu128(pw + 2);
@@ -1371,12 +1395,14 @@ typedef __m512 bk_vf;
 
 /* R rows of W against group g over nb blocks, G = 8 or 16: out[ri] = the group's lanes of row ri. */
 static inline __attribute__((always_inline)) void bk_tile(int R, int G, int mn, size_t nb, const struct bk_rows *W,
-                                                          const struct bk_acts *A, size_t g, bk_vf out[BK_R])
+                                                          const struct bk_acts *A, size_t g, const struct bk_pf *pf,
+                                                          bk_vf out[BK_R])
 {
     __m512 acc[BK_R];
 #pragma GCC unroll 4
     for (int ri = 0; ri < R; ri++) acc[ri] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
+        bk_prefetch(pf, b);
         const __m512 sab = _mm512_load_ps(A->sa[g][b]);
         const __m512i ib = _mm512_load_si512((const void *)A->init[g][b]);
         __m512i x[4];
@@ -1411,14 +1437,14 @@ static inline void bk_store_lanes(float *l, bk_vf v) { _mm512_store_ps(l, v); }
  * changes the unpacking) */
 #define BK_TILE_R(G, MN)                                      \
     switch (R) {                                              \
-    case 1: bk_tile(1, G, MN, nb, W, A, g, out); return;      \
-    case 2: bk_tile(2, G, MN, nb, W, A, g, out); return;      \
-    case 3: bk_tile(3, G, MN, nb, W, A, g, out); return;      \
-    default: bk_tile(4, G, MN, nb, W, A, g, out); return;     \
+    case 1: bk_tile(1, G, MN, nb, W, A, g, pf, out); return;      \
+    case 2: bk_tile(2, G, MN, nb, W, A, g, pf, out); return;      \
+    case 3: bk_tile(3, G, MN, nb, W, A, g, pf, out); return;      \
+    default: bk_tile(4, G, MN, nb, W, A, g, pf, out); return;     \
     }
 
 static void bk_tile_rt(int R, int G, int kind, size_t nb, const struct bk_rows *W, const struct bk_acts *A, size_t g,
-                       bk_vf out[BK_R])
+                       const struct bk_pf *pf, bk_vf out[BK_R])
 {
     const int mn = kind == BK_MIN4 || kind == BK_MIN5;
     if (G == 16 && mn) BK_TILE_R(16, 1)
@@ -1438,13 +1464,15 @@ static inline __m256i bk_bcast(const void *p)
 
 /* R rows of W against group g over nb blocks (G = 4): out[ri] = the 8 tokens' partial dots of row ri. */
 static inline __attribute__((always_inline)) void bk_tile(int R, int kind, size_t nb, const struct bk_rows *W,
-                                                          const struct bk_acts *A, size_t g, __m256 out[BK_R])
+                                                          const struct bk_acts *A, size_t g, const struct bk_pf *pf,
+                                                          __m256 out[BK_R])
 {
     __m256 acc[BK_R];
 #pragma GCC unroll 4
     for (int ri = 0; ri < R; ri++) acc[ri] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (size_t b = 0; b < nb; b++) {
+        bk_prefetch(pf, b);
         const __m256 sab = _mm256_load_ps(A->sa[g][b]);
         const __m256i ib = BK_LD(A->init[g][b]);
         const int8_t *x = A->x[g][b];
@@ -1491,14 +1519,14 @@ static inline void bk_store_lanes(float *l, bk_vf v) { _mm256_store_ps(l, v); }
 /* constant R and kind per call so the tile unrolls into registers */
 #define BK_TILE_R(K)                                      \
     switch (R) {                                          \
-    case 1: bk_tile(1, K, nb, W, A, g, out); return;      \
-    case 2: bk_tile(2, K, nb, W, A, g, out); return;      \
-    case 3: bk_tile(3, K, nb, W, A, g, out); return;      \
-    default: bk_tile(4, K, nb, W, A, g, out); return;     \
+    case 1: bk_tile(1, K, nb, W, A, g, pf, out); return;      \
+    case 2: bk_tile(2, K, nb, W, A, g, pf, out); return;      \
+    case 3: bk_tile(3, K, nb, W, A, g, pf, out); return;      \
+    default: bk_tile(4, K, nb, W, A, g, pf, out); return;     \
     }
 
 static void bk_tile_rt(int R, int G, int kind, size_t nb, const struct bk_rows *W, const struct bk_acts *A, size_t g,
-                       bk_vf out[BK_R])
+                       const struct bk_pf *pf, bk_vf out[BK_R])
 {
     (void)G;
     switch (kind) {
@@ -1528,6 +1556,7 @@ int QS(batch)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0
     static __thread struct bk_rows rows;
     const unsigned char *pw = w;
     const size_t nb = n / 32, T = BK_VB / (size_t)G, lpt = (size_t)G / 4, pass = BK_GROUPS * T;
+    const size_t bpb = tensor_block_bytes(t) * 32 / tensor_block_elems(t); /* bytes per 32 weights */
     for (size_t j0 = 0; j0 < n_tok; j0 += pass) {
         const size_t nt = n_tok - j0 < pass ? n_tok - j0 : pass, ng = (nt + T - 1) / T;
         if (nb == 0) /* an empty dot is 0 */
@@ -1542,7 +1571,9 @@ int QS(batch)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0
                 for (size_t g = 0; g < ng; g++) {
                     bk_vf out[BK_R];
                     _Alignas(64) float l[BK_LANES];
-                    bk_tile_rt(R, G, kind, nbc, &rows, &acts, g, out);
+                    /* the next tile's rows, this chunk, during the first group */
+                    const struct bk_pf pf = {g ? NULL : pw + (r + BK_PF_ROWS) * wrb + b0 * bpb, wrb, bpb};
+                    bk_tile_rt(R, G, kind, nbc, &rows, &acts, g, &pf, out);
                     const size_t lt = nt - g * T < T ? nt - g * T : T;
                     for (int ri = 0; ri < R; ri++) {
                         bk_store_lanes(l, out[ri]);
