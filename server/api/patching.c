@@ -128,18 +128,27 @@ static int read_list(const cJSON *it, const char *name, int hi, int **out, int *
     return 0;
 }
 
+/* A prompt (text or ids) through api_gen_prompt, its messages naming the field. */
+static int read_prompt(const cJSON *it, const char *name, const struct api_engine *e, int32_t **toks, size_t *cnt,
+                       char *err, size_t n)
+{
+    if (!it) return snprintf(err, n, "'%s' is required (a text or token ids)", name), 400;
+    char msg[400] = "";
+    int code = api_gen_prompt(it, e, toks, cnt, msg, sizeof msg);
+    if (code) snprintf(err, n, "'%s': %s", name, msg);
+    return code;
+}
+
 /* The prompts, tokens, site and lists into p. Returns 0 or an HTTP status with *param. */
 static int read_body(const struct patch_req *q, const struct api_engine *e, struct patch *p, const char **param,
                      char *err, size_t n)
 {
     int code;
     *param = "clean";
-    if (!q->clean) return snprintf(err, n, "'clean' is required"), 400;
-    if ((code = api_gen_prompt(q->clean, e, &p->clean, &p->n, err, n))) return code;
+    if ((code = read_prompt(q->clean, "clean", e, &p->clean, &p->n, err, n))) return code;
     size_t n2 = 0;
     *param = "corrupted";
-    if (!q->corrupted) return snprintf(err, n, "'corrupted' is required"), 400;
-    if ((code = api_gen_prompt(q->corrupted, e, &p->corr, &n2, err, n))) return code;
+    if ((code = read_prompt(q->corrupted, "corrupted", e, &p->corr, &n2, err, n))) return code;
     if (n2 != p->n)
         return snprintf(err, n, "'corrupted' has %zu tokens and 'clean' %zu: they must have the same count", n2, p->n),
                400;

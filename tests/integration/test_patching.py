@@ -158,7 +158,8 @@ def check_bad(d):
         (dict(base, clean=long_ids, corrupted=long_ids), "at most 4096"),
         ({k: v for k, v in base.items() if k != "answer"}, "answer"),
         (dict(base, extra=1), "extra"),
-        (dict(base, clean=[]), "prompt"),
+        (dict(base, clean=[]), "'clean': "),
+        (dict(base, corrupted=CORR[:-1] + [32000]), "'corrupted': "),
     ]
     for body, text in cases:
         r = d.post("/v1/patching", body)
