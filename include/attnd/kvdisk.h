@@ -121,8 +121,9 @@ void kvdisk_put_end(struct kvdisk *d, const struct kvdisk_block *b, void *payloa
 
 /* Reads block `want` (hash, parent hash and tokens must all match the file) into payload
  * (kvdisk_payload_bytes). Returns ATTND_OK; ATTND_ERR_NOTFOUND if no file is indexed;
- * ATTND_ERR_IO or ATTND_ERR_FORMAT when the file cannot be read or is refused (logged, file
- * deleted). One thread at a time. */
+ * ATTND_ERR_IO or ATTND_ERR_FORMAT when the file cannot be read or is refused (logged and
+ * forgotten; deleted when damaged: wrong size, checksum, hashes or token ids, but kept when its
+ * header names another model, layout or format). One thread at a time. */
 attnd_status kvdisk_get(struct kvdisk *d, const struct kvdisk_block *want, void *payload);
 
 /* Counters and sizes. Thread-safe. */

@@ -477,8 +477,9 @@ void kvdisk_flush(struct kvdisk *d)
  * Reading back
  * ------------------------------------------------------------------------------------------ */
 
-/* Forgets (and deletes) a refused file. */
-static void refuse(struct kvdisk *d, uint64_t hash, const char *path, const char *why)
+/* Forgets a refused file, and deletes it unless it is another model's or layout's (which a
+ * replica sharing the directory may have put there since the scan). */
+static void refuse(struct kvdisk *d, uint64_t hash, const char *path, const char *why, bool keep)
 {
     log_warn("kv-disk: %s refused: %s; the block is recomputed", path, why);
     pthread_mutex_lock(&d->mu);
@@ -486,7 +487,7 @@ static void refuse(struct kvdisk *d, uint64_t hash, const char *path, const char
     if (e && !e->pending) ent_remove(d, e);
     d->st.rejected++;
     pthread_mutex_unlock(&d->mu);
-    unlink(path);
+    if (!keep) unlink(path);
 }
 
 /* Why the image in d->rbuf is not block `want`, or NULL. */
@@ -514,7 +515,7 @@ attnd_status kvdisk_get(struct kvdisk *d, const struct kvdisk_block *want, void 
     block_path(d, want->hash, false, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        refuse(d, want->hash, path, strerror(errno));
+        refuse(d, want->hash, path, strerror(errno), true);
         return ATTND_ERR_IO;
     }
     struct stat sb;
@@ -522,12 +523,13 @@ attnd_status kvdisk_get(struct kvdisk *d, const struct kvdisk_block *want, void 
     int rc = size == d->file_bytes ? file_io(&d->rring, d->rring_ok, fd, d->rbuf, d->file_bytes, false) : 0;
     close(fd);
     if (rc < 0) {
-        refuse(d, want->hash, path, strerror(-rc));
+        refuse(d, want->hash, path, strerror(-rc), true);
         return ATTND_ERR_IO;
     }
     const char *why = size != d->file_bytes ? "truncated or overlong" : image_problem(d, want, size);
     if (why) {
-        refuse(d, want->hash, path, why);
+        bool foreign = size == d->file_bytes && header_problem(d, d->rbuf, size) != NULL;
+        refuse(d, want->hash, path, why, foreign);
         return ATTND_ERR_FORMAT;
     }
     memcpy(payload, d->rbuf + HDR, d->payload);

@@ -132,6 +132,13 @@ static void test_round_trip(void)
     T_CHECK(get(d, 0, &same) == ATTND_OK && same, "block 0 after the restart");
     kvdisk_get_stats(d, &s);
     T_CHECK(s.reads == 1 && s.read_bytes == KVDISK_HEADER_BYTES + 2048 && s.read_seconds > 0, "read counters");
+    /* another model's file put in place of block 3 after the scan: refused, forgotten, kept */
+    uint32_t other = 0x77;
+    patch(3, 16, &other, 4, false);
+    char path[300];
+    file_of(3, path, sizeof path);
+    T_CHECK(get(d, 3, &same) == ATTND_ERR_FORMAT && !same && !kvdisk_has(d, 0x1003), "foreign since the scan: refused");
+    T_CHECK(access(path, F_OK) == 0, "and left in place");
     kvdisk_close(d);
 }
 
