@@ -14,6 +14,7 @@ const char *attnd_status_str(attnd_status s)
     case ATTND_ERR_NOTFOUND: return "not found";
     case ATTND_ERR_INTERNAL: return "internal error";
     case ATTND_ERR_NUMERIC: return "the model produced NaN or infinite values";
+    case ATTND_ERR_BUSY: return "too many requests of this client";
     }
     return "unknown status";
 }

@@ -19,6 +19,10 @@ struct http_config {
                                   not with api_key. Neither: single-user */
     size_t response_budget_mib; /* MiB of /attention and /logit_lens answers in flight (being computed or
                                    not yet sent), all clients together; past it: 503 + Retry-After */
+    size_t stream_pause_kib;  /* a stream with more than this many KiB of output its client has not taken
+                                 is paused (no compute, its KV kept), resumed below half (0: 64) */
+    long long max_request_work; /* largest max_tokens x choices x (1 + logprobs alternatives) one
+                                   completion request may ask for (bigger: 400; 0: 131072) */
     const char *cors;         /* if not NULL: browser apps of these origins may call the API (CORS): "*", or
                                  origins separated by commas ("https://a.example,http://localhost:3000") */
     int max_connections;      /* concurrent connections (each holds one thread) */

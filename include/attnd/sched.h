@@ -1,7 +1,11 @@
 /* sched.h - the request scheduler: owns the paged KV cache, the forward context and one
  * worker thread that runs every request with continuous batching (each step mixes the decode
  * tokens of running requests with chunks of waiting prompts, one forward pass per step), and
- * answers attention-map queries. Requests are admitted in arrival order. Events of a
+ * answers attention-map queries. Requests are admitted in turns between their owners (a tenant, a
+ * client address: sched_request.owner): the owner served longest ago goes next, each owner's own
+ * requests in arrival order, and an owner holding more than its share of the running set gives
+ * its newest request back (pre-empted) when another owner waits with less. A paused request
+ * (sched_pause) computes nothing and keeps its KV until the pool needs the blocks. Events of a
  * request are delivered through its callback, on the scheduler thread, in order:
  * zero or more SCHED_EV_TOKEN, then exactly one SCHED_EV_DONE (or SCHED_EV_ERROR).
  * After that last event the scheduler never touches the request's user data again.
@@ -49,6 +53,11 @@ struct sched_opts {
                                not owned: destroy it after the scheduler */
     struct kvdisk *kv_disk; /* NULL, or the prefix cache's disk tier (kvdisk.h, opened for this
                                model and kv_type); not owned: close it after the scheduler */
+    int max_running_per_owner; /* running plus paused requests of one owner (0: max_running) */
+    int max_queued_per_owner;  /* waiting requests of one owner before sched_submit() answers
+                                  ATTND_ERR_BUSY (0: max_queue) */
+    int stall_timeout_ms;      /* a paused request neither resumed nor paused again for this long
+                                  is cancelled (0: 30000) */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */
@@ -67,6 +76,8 @@ struct sched_request {
                                    head_mean). Needs the CPU backend (else ATTND_ERR_INVALID). */
     const struct gram *grammar; /* NULL, or the output is held to this grammar (grammar.h: from
                                    gbnf_parse / jsg_compile), retained until the request ends */
+    uint64_t owner;             /* who asked (any key: a tenant, a client address): the unit of turns
+                                   and of the per-owner limits of sched_opts */
 };
 
 enum sched_event_kind { SCHED_EV_TOKEN = 0, SCHED_EV_DONE = 1, SCHED_EV_ERROR = 2 };
@@ -109,13 +120,20 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
 void sched_destroy(struct sched *s, int grace_ms);
 
 /* Queues a request. Returns ATTND_OK and its id; ATTND_ERR_INVALID (bad fields: message in err),
- * ATTND_ERR_RANGE (prompt + max_tokens exceed the context: message in err), ATTND_ERR_NOMEM, or
+ * ATTND_ERR_RANGE (prompt + max_tokens exceed the context: message in err), ATTND_ERR_NOMEM,
+ * ATTND_ERR_BUSY when its owner already has max_queued_per_owner requests waiting, or
  * ATTND_ERR_UNSUPPORTED when the queue is full or the scheduler is shutting down. */
 attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_cb cb, void *ud, uint64_t *id,
                           char *err, size_t errlen);
 /* Asks the request to stop; it ends with DONE "cancelled" at the next token boundary (or at once
  * if still queued). Unknown or finished ids are ignored. May be called from a callback. */
 void sched_cancel(struct sched *s, uint64_t id);
+/* Pauses (paused true) or resumes a request: a paused one is left out of every step (no compute),
+ * keeps its KV blocks until the pool needs them (then it is recomputed when resumed, as after a
+ * pre-emption), keeps its owner's running slot but not a slot of the running set, and is cancelled
+ * (DONE "cancelled") once it has been paused for stall_timeout_ms without a new sched_pause(true),
+ * which restarts that clock. Unknown or finished ids are ignored. May be called from a callback. */
+void sched_pause(struct sched *s, uint64_t id, bool paused);
 /* Stops accepting new requests (sched_submit answers ATTND_ERR_UNSUPPORTED). */
 void sched_drain(struct sched *s);
 /* Waits until no request is queued or running, at most timeout_ms; returns true if idle. */
@@ -124,6 +142,9 @@ bool sched_wait_idle(struct sched *s, int timeout_ms);
 struct sched_stats {
     int queued;                 /* waiting requests */
     int running;                /* requests in the running set */
+    int paused;                 /* paused requests (sched_pause), running or waiting */
+    uint64_t stall_cancels;     /* paused requests cancelled after stall_timeout_ms */
+    uint64_t fair_preemptions;  /* requests pre-empted to give another owner its turn */
     uint64_t kv_tokens_used;    /* tokens held by running requests */
     uint64_t kv_tokens_capacity;
     uint64_t kv_bytes_capacity;

@@ -12,7 +12,8 @@ typedef enum attnd_status {
     ATTND_ERR_RANGE,       /* a value is outside its allowed range or a cap */
     ATTND_ERR_NOTFOUND,    /* a key, tensor or id does not exist */
     ATTND_ERR_INTERNAL,    /* should not happen: a bug */
-    ATTND_ERR_NUMERIC      /* the model computed NaN or infinite values (bad weights): a 5xx */
+    ATTND_ERR_NUMERIC,     /* the model computed NaN or infinite values (bad weights): a 5xx */
+    ATTND_ERR_BUSY         /* a per-client limit is reached: try again later (HTTP 429) */
 } attnd_status;
 
 /* Returns a static, human-readable name for s; never NULL. Thread-safe. */

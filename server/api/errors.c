@@ -113,7 +113,7 @@ enum MHD_Result api_error_retry(struct api_conn *c, int code, const char *fmt, .
 {
     va_list ap;
     va_start(ap, fmt);
-    enum MHD_Result r = send_error(c, code, code == 503 ? "Retry-After" : NULL, "1", fmt, ap);
+    enum MHD_Result r = send_error(c, code, code == 503 || code == 429 ? "Retry-After" : NULL, "1", fmt, ap);
     va_end(ap);
     return r;
 }

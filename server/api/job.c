@@ -1,6 +1,7 @@
 /* job.c - the one completion job. See job.h. */
 #include "server/api/job.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,9 @@
 #include "server/api/tenant.h"
 
 #define WAIT_SLICE_MS 200 /* how often a waiting connection checks its socket */
+#define PAUSE_KIB_DEFAULT 64
+#define WORK_DEFAULT 131072 /* e.g. n 8 x 4096 tokens with 3 alternatives, or n 1 x 4096 with 20 */
+#define OWNER_ADDR (1ull << 63) /* owners that are client addresses (tenants are 0..TENANT_MAX) */
 
 void job_params_init(struct job_params *p)
 {
@@ -105,7 +109,10 @@ static void on_token(struct api_job *j, struct job_choice *c, const struct sched
         for (int k = 0; k < t->n_top; k++) t->top_ids[k] = ev->top_ids[k], t->top_lps[k] = ev->top_logprobs[k];
     }
     api_buf_put(&c->text, ev->text, ev->text_len); /* streams too: a renderer may repeat the whole text at the end */
-    if (j->stream && !j->closed) j->render->stream_token(j, c, ev, i);
+    if (!j->stream || j->closed) return;
+    j->render->stream_token(j, c, ev, i);
+    if (j->sse.paused) sched_pause(j->sched, ev->id, true); /* a choice that started after the pause */
+    else api_sse_appended(&j->sse);
 }
 
 static void fail(struct api_job *j, const struct sched_event *ev)
@@ -223,6 +230,30 @@ static int stream_state(void *owner)
 
 static void stream_release(void *owner) { job_unref(owner); }
 
+/* sse.h's pause hook (j->mu held): every choice still running stops or restarts. */
+static void stream_pause(void *owner, bool on)
+{
+    struct api_job *j = owner;
+    for (int i = 0; i < j->n_choices; i++)
+        if (!j->ch[i].done && j->ch[i].id) sched_pause(j->sched, j->ch[i].id, on);
+}
+
+/* Who the scheduler takes turns between: the tenant, or without keys the client's address
+ * (FNV-1a of its bytes, IPv4 and IPv6 alike). */
+static uint64_t job_owner(struct api_conn *c)
+{
+    if (tenant_count(c->srv->tenants) > 0) return (uint64_t)(c->tenant > 0 ? c->tenant : 0);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    const unsigned char *p = NULL;
+    size_t n = 0;
+    if (sa && sa->sa_family == AF_INET) p = (const void *)&((const struct sockaddr_in *)sa)->sin_addr, n = 4;
+    if (sa && sa->sa_family == AF_INET6) p = (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr, n = 16;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h | OWNER_ADDR;
+}
+
 static enum MHD_Result answer_stream(struct api_conn *c, struct api_job *j)
 {
     pthread_mutex_lock(&j->mu);
@@ -310,8 +341,11 @@ static struct api_job *job_create(struct api_conn *c, const struct api_engine *e
     j->tool_format = p->tool_format;
     j->tools_single = p->tools_single;
     j->logprobs = p->logprobs;
+    size_t pause_kib = c->srv->cfg.stream_pause_kib ? c->srv->cfg.stream_pause_kib : PAUSE_KIB_DEFAULT;
     j->sse = (struct api_sse){.mu = &j->mu, .cv = &j->cv, .fd = api_conn_fd(c), .state = stream_state,
-                              .release = stream_release, .owner = j};
+                              .release = stream_release, .owner = j, .pause_at = pause_kib << 10,
+                              .pause = stream_pause};
+    j->owner = job_owner(c);
     j->created = (long long)time(NULL);
     snprintf(j->model, sizeof j->model, "%s", e->model->name ? e->model->name : "model");
     j->n_prompts = p->n_prompts;
@@ -336,6 +370,32 @@ static struct api_job *job_create(struct api_conn *c, const struct api_engine *e
     return j;
 }
 
+/* Choice i's max_tokens: the request's, or what the context leaves up to --max-tokens-cap. */
+static int choice_max_tokens(const struct api_job *j, const struct api_engine *e, const struct job_params *p, int i)
+{
+    if (p->max_given) return p->req.max_tokens;
+    size_t n_ctx = (size_t)sched_n_ctx(e->sched), n = j->ch[i].n_prompt;
+    size_t room = n < n_ctx ? n_ctx - n : 0;
+    int cap = j->srv->cfg.max_tokens_cap;
+    return room < (size_t)cap ? (int)room : cap;
+}
+
+/* The request's work, max_tokens x choices x (1 + logprobs alternatives), against
+ * --max-request-work. Returns 0, or 400 with the reason in err. */
+static int check_work(const struct api_job *j, const struct api_engine *e, const struct job_params *p, char *err,
+                      size_t errlen)
+{
+    long long cap = j->srv->cfg.max_request_work > 0 ? j->srv->cfg.max_request_work : WORK_DEFAULT;
+    long long alts = p->logprobs > 0 ? p->logprobs : 0, work = 0;
+    for (int i = 0; i < j->n_choices; i++) work += (long long)choice_max_tokens(j, e, p, i) * (1 + alts);
+    if (work <= cap) return 0;
+    snprintf(err, errlen,
+             "max_tokens x choices (n x prompts: %d) x (1 + logprobs/top_logprobs alternatives: %lld) is %lld; "
+             "at most %lld per request (--max-request-work): ask for fewer tokens, choices or alternatives",
+             j->n_choices, alts, work, cap);
+    return 400;
+}
+
 /* Submits choice i. Returns 0 or an HTTP status with the reason in err. */
 static int submit(struct api_job *j, const struct api_engine *e, const struct job_params *p, int i, uint64_t seed0,
                   char *err, size_t errlen)
@@ -349,11 +409,8 @@ static int submit(struct api_job *j, const struct api_engine *e, const struct jo
     req.grammar = p->grammar; /* and retains this */
     req.logprobs = p->logprobs < 0 ? 0 : p->logprobs ? p->logprobs : 1; /* 1: the chosen token's own */
     req.sampling.seed = (seed0 + (uint64_t)(i % p->n)) & ((1ull << 53) - 1);
-    if (!p->max_given) {
-        size_t room = (size_t)sched_n_ctx(e->sched) - ch->n_prompt;
-        int cap = j->srv->cfg.max_tokens_cap;
-        req.max_tokens = room < (size_t)cap ? (int)room : cap;
-    }
+    req.owner = j->owner;
+    req.max_tokens = choice_max_tokens(j, e, p, i);
     pthread_mutex_lock(&j->mu);
     j->refs++; /* the scheduler's, released at the choice's last event */
     pthread_mutex_unlock(&j->mu);
@@ -367,7 +424,7 @@ static int submit(struct api_job *j, const struct api_engine *e, const struct jo
         if (i == 0) j->id0 = id;
     }
     pthread_mutex_unlock(&j->mu);
-    return st ? api_status_code(st, false) : 0;
+    return st == ATTND_ERR_BUSY ? 429 : st ? api_status_code(st, false) : 0;
 }
 
 /* Waits until the first choice of every prompt has read its prompt (it has a first token, or
@@ -432,7 +489,10 @@ enum MHD_Result job_run(struct api_conn *c, struct api_engine *e, struct job_par
     struct api_job *j = NULL;
     if (!code && !(j = job_create(c, e, p, render))) code = 503, snprintf(err, sizeof err, "out of memory");
     if (code) api_engine_release(c->srv);
-    else {
+    else if ((code = check_work(j, e, p, err, sizeof err))) {
+        param = "max_tokens";
+        api_engine_release(c->srv);
+    } else {
         j->t_submit = api_now();
         code = submit_all(c, j, e, p, err, sizeof err);
     }

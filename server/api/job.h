@@ -15,6 +15,10 @@
  * leaves then must still have them cancelled. The scheduler stays alive while any request has not
  * had its last event, and job.mu held keeps that event from being delivered meanwhile.
  *
+ * A stream whose client stops reading is paused (sse.h's back-pressure, sched_pause for every
+ * choice still running) and cancelled by the scheduler if it stays stalled. A request's work,
+ * max_tokens x choices x (1 + logprobs alternatives), is capped (--max-request-work).
+ *
  * The first choice of each prompt goes first; the others follow once it has read the prompt, so
  * they find the prompt's full KV blocks in the prefix cache instead of computing them again.
  */
@@ -124,6 +128,8 @@ struct api_job {
     bool tools_single;
     int logprobs;
     uint64_t id0;              /* choice 0's scheduler id */
+    uint64_t owner;            /* sched_request.owner of its choices: the tenant, or without keys the
+                                  client's address */
     struct api_reqid rid;      /* the response's id and tenant (history.h) */
     long long created;
     double t_submit;

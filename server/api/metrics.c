@@ -272,6 +272,10 @@ static void render_sched(struct api_buf *b, const struct sched_stats *st, bool l
 {
     single(b, "attnd_queue_depth", "gauge", "Requests waiting for the scheduler.", (unsigned long long)st->queued);
     single(b, "attnd_requests_running", "gauge", "Requests being generated.", (unsigned long long)st->running);
+    single(b, "attnd_requests_paused", "gauge", "Streams paused because their client stopped reading.", (unsigned long long)st->paused);
+    single(b, "attnd_stalled_cancels_total", "counter", "Paused streams cancelled after --stall-timeout-ms.", st->stall_cancels);
+    single(b, "attnd_fair_preemptions_total", "counter", "Requests pre-empted to give another tenant its turn.",
+           st->fair_preemptions);
     render_kv(b, st);
     single(b, "attnd_preemptions_total", "counter", "Running requests pre-empted because the KV pool ran out.",
            st->preemptions);

@@ -39,7 +39,7 @@ enum MHD_Result oai_error(struct api_conn *c, int status, const char *param, con
     char *body = api_buf_take(&b);
     if (!body) return MHD_NO;
     static const char *const retry[] = {"Retry-After", "1", NULL};
-    return api_respond(c, status, "application/json", body, len, status == 503 ? retry : NULL);
+    return api_respond(c, status, "application/json", body, len, status == 503 || status == 429 ? retry : NULL);
 }
 
 static enum MHD_Result render_error(struct api_conn *c, int code, const char *param, const char *msg)

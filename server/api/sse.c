@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "attnd/check.h"
 
@@ -17,6 +18,29 @@ int api_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
     return pthread_cond_timedwait(cv, mu, &ts);
 }
 
+void api_sse_appended(struct api_sse *s)
+{
+    if (!s->pause || !s->pause_at || s->paused || s->out.len - s->out_pos <= s->pause_at) return;
+    s->paused = true;
+    s->t_touch = api_now();
+    s->pause(s->owner, true);
+}
+
+/* The client took bytes (mu held): resume below half the cap, else restart the stall clock
+ * (at most once a second). */
+static void sse_taken(struct api_sse *s)
+{
+    if (!s->paused) return;
+    double t = api_now();
+    if (s->out.len - s->out_pos <= s->pause_at / 2) {
+        s->paused = false;
+        s->pause(s->owner, false);
+    } else if (t - s->t_touch >= 1.0) {
+        s->t_touch = t;
+        s->pause(s->owner, true);
+    }
+}
+
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct api_sse *s = cls;
@@ -29,6 +53,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             s->out_pos += n;
             if (s->out_pos == s->out.len) s->out_pos = s->out.len = 0;
             s->t_last_out = api_now();
+            sse_taken(s);
             pthread_mutex_unlock(s->mu);
             return (ssize_t)n;
         }
@@ -58,7 +83,10 @@ struct MHD_Response *api_sse_response(struct api_sse *s)
 {
     pthread_mutex_lock(s->mu);
     s->t_last_out = api_now();
+    size_t cap = s->pause_at;
     pthread_mutex_unlock(s->mu);
+    int sndbuf = cap > (1u << 24) ? 1 << 24 : (int)cap;
+    if (cap && s->fd >= 0) (void)setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf); /* best effort */
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, sse_read, s, sse_free);
     if (!r) return NULL;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");

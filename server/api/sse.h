@@ -1,12 +1,17 @@
 /* sse.h - a Server-Sent Events answer whose bytes another thread (the scheduler's callback)
  * appends: MHD's content reader waits for them, sends a keep-alive comment after a quiet while,
  * and ends the stream when the client hangs up. The state lives in the owner's request object,
- * under the owner's lock. Also the bounded wait the routes use while a request runs. */
+ * under the owner's lock. Back-pressure: once more than pause_at bytes wait unsent (the client
+ * stopped reading) the owner's pause hook stops the producer; it resumes once the client has
+ * taken the buffer below half, and each second in which the client still takes some bytes while
+ * paused it is paused again (which restarts the producer's stall clock: sched_pause). Also the
+ * bounded wait the routes use while a request runs. */
 #ifndef ATTND_API_SSE_H
 #define ATTND_API_SSE_H
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "server/api/api.h"
@@ -23,10 +28,19 @@ struct api_sse {
     int (*state)(void *owner);    /* mu held: 0 while more may come, 1 ended, -1 ended with an error */
     void (*release)(void *owner); /* MHD is done with the response (called once, without mu) */
     void *owner;
+    size_t pause_at;              /* unsent bytes past which the stream pauses (0: never) */
+    void (*pause)(void *owner, bool on); /* mu held: stop (on) or restart the producer */
+    bool paused;
+    double t_touch;               /* when pause(owner, true) was last called */
 };
 
+/* After the owner appended to s->out (mu held): pauses the producer when the unsent bytes
+ * pass s->pause_at. */
+void api_sse_appended(struct api_sse *s);
+
 /* A 200 text/event-stream response reading s, or NULL when out of memory (then release is
- * not called). s must stay valid until release. */
+ * not called). s must stay valid until release. With pause_at set, the socket's send buffer is
+ * made that size too, so a client that stops reading is noticed after about 2 x pause_at. */
 struct MHD_Response *api_sse_response(struct api_sse *s);
 
 /* Queues r (from api_sse_response) as c's answer and drops the caller's handle on it. */

@@ -78,6 +78,7 @@ struct serve_args {
     struct sched_opts so; /* kv_type, backend and vk_device via the ints below */
     const char *model_path, *key_file;
     long grace_ms;
+    long max_work; /* --max-request-work */
     int kv_type; /* enum tensor_type, or KV_TYPE_AUTO */
     const char *kv_events, *kv_events_replay, *kv_events_topic; /* --kv-events* (kvevents.h) */
     const char *kv_disk;  /* --kv-disk DIR (kvdisk.h) */
@@ -85,6 +86,19 @@ struct serve_args {
 };
 
 static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENSOR_F16}, {NULL, 0}};
+
+/* The fair-scheduling and back-pressure rows of serve's option table (issue 38). */
+#define SERVE_FAIR_OPTS(so, hc, work) \
+        {CLI_OPT("--max-running-per-tenant", NULL, CLI_INT, &(so)->max_running_per_owner, "N", "running (or paused) requests of one tenant, or of one client\n" \
+                 "address without keys (default 0 = --max-running; tenants take turns)"), CLI_RANGE(0, 4096)}, \
+        {CLI_OPT("--max-queued-per-tenant", NULL, CLI_INT, &(so)->max_queued_per_owner, "N", "waiting requests of one tenant (or address) before 429\n" \
+                 "(default 0 = half of --max-queue)"), CLI_RANGE(0, 1 << 20)}, \
+        {CLI_OPT("--stream-pause-kib", NULL, CLI_SIZE, &(hc)->stream_pause_kib, "N", "pause a stream whose client leaves this many KiB unread\n" \
+                 "(default 64); resumed below half"), CLI_RANGE(1, 1L << 20)}, \
+        {CLI_OPT("--stall-timeout-ms", NULL, CLI_INT, &(so)->stall_timeout_ms, "N", "cancel a paused stream whose client takes no bytes this long\n" \
+                 "(default 30000)"), CLI_RANGE(1, 3600 * 1000)}, \
+        {CLI_OPT("--max-request-work", NULL, CLI_LONG, (work), "N", "largest max_tokens x choices x (1 + logprobs alternatives) of\n" \
+                 "one completion request (default 131072; bigger: 400)"), CLI_RANGE(1, 1L << 40)}
 
 /* Fills *A from argv; returns CLI_GO, or the exit status (help printed, or a usage error). */
 static int parse_args(struct serve_args *A, int argc, char **argv)
@@ -115,6 +129,7 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
                  "kv@POD@MODEL)")},
         {CLI_OPT("--kv-disk", NULL, CLI_STR, &A->kv_disk, "DIR", "spill evicted prefix blocks to DIR, restore them on a hit (docs/DEPLOY.md)")},
         {CLI_OPT("--kv-disk-bytes", NULL, CLI_SIZE, &A->kv_disk_bytes, "BYTES", "budget of --kv-disk's files, oldest deleted first (default 1 GiB)"), CLI_RANGE(1, 1L << 50)},
+        SERVE_FAIR_OPTS(so, hc, &A->max_work),
         {CLI_OPT("--max-body", NULL, CLI_SIZE, &hc->max_body, "BYTES", "largest request body (default 1048576; bigger: 413)"), CLI_RANGE(64, 1L << 30)},
         {CLI_OPT("--max-tokens-cap", NULL, CLI_INT, &hc->max_tokens_cap, "N", "largest max_tokens a request may ask (default 4096)"), CLI_RANGE(0, 1 << 22)},
         {CLI_OPT("--keep-requests", NULL, CLI_INT, &hc->keep_requests, "N", "finished requests /attention can address (default 16)"), CLI_RANGE(1, 1 << 16)},
@@ -160,6 +175,8 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         return 2;
     }
     so->kv_type = (enum tensor_type)A->kv_type;
+    if (!so->max_queued_per_owner) so->max_queued_per_owner = so->max_queue > 1 ? so->max_queue / 2 : 1;
+    hc->max_request_work = A->max_work;
     return CLI_GO;
 }
 

@@ -3,7 +3,10 @@
  * One worker thread runs steps. Each step:
  *   1. ends cancelled requests at once (their blocks go back to the cache);
  *   2. admits waiting requests while the pool has room for their prompt (a new request reuses
- *      every leading prompt block already in the prefix cache);
+ *      every leading prompt block already in the prefix cache), in turns between owners: the
+ *      owners below their share of the running set first, then the one served longest ago; an
+ *      owner over its share gives its newest request back when another waits below its share;
+ *      paused requests (sched_pause) stay out of the running set, their KV kept until needed;
  *   3. builds one batch under a token budget: a decode token for every running request that is
  *      generating, then chunks of prompts still being read (chunked prefill);
  *   4. reserves cache slots; when the pool is full it pre-empts the newest request (frees its
@@ -11,8 +14,9 @@
  *   5. runs one forward pass for the whole batch, samples each request that produced logits
  *      and delivers its events; finished requests leave at once.
  *
- * Locking: s->mu guards the waiting queue, attention jobs, flags and stats copies. The running
- * list, the KV cache and the forward context belong to the worker. Callbacks run on the worker
+ * Locking: s->mu guards the waiting queue, the owner table, pending cancels and pauses, attention
+ * jobs, flags and stats copies. The running and parked lists, the KV cache and the forward
+ * context belong to the worker. Callbacks run on the worker
  * without the lock held.
  */
 #include "attnd/sched.h"
@@ -58,8 +62,11 @@ struct req {
     sched_cb cb;
     void *ud;
     atomic_int cancelled;
+    uint64_t owner;    /* sched_request.owner */
+    bool paused;       /* sched_pause: under s->mu while waiting, the worker's once taken */
+    double t_paused;   /* when it was paused, or last paused again (stall clock) */
     double t_submit, t_start, t_prompt;
-    struct req *next; /* waiting queue */
+    struct req *next; /* waiting queue, or the parked list */
     /* worker state */
     int32_t *toks;    /* (n_prompt + max_tokens) prompt, then generated tokens */
     size_t n_toks;
@@ -84,6 +91,19 @@ struct attn_job {
     attnd_status st;
     int done;
     struct attn_job *next;
+};
+
+/* One owner with requests waiting, running or parked (an entry leaves when it has none). */
+struct owner_ent {
+    uint64_t key;
+    int queued;    /* waiting */
+    int admitted;  /* running or parked */
+    uint64_t turn; /* s->turn_counter when it was last served */
+};
+
+struct pause_op {
+    uint64_t id;
+    bool on;
 };
 
 struct sched {
@@ -115,11 +135,72 @@ struct sched {
     uint64_t *cancels;        /* ids asked to stop, applied by the worker */
     int n_cancels, cap_cancels;
     uint64_t next_id;
+    struct owner_ent *owners; /* (n_owners) */
+    int n_owners, cap_owners;
+    uint64_t turn_counter;
+    struct pause_op *pauses;  /* sched_pause() calls, applied by the worker in order */
+    int n_pauses, cap_pauses;
+    struct req *parked;       /* worker: paused requests out of the running set (KV kept or not) */
     double last_publish;      /* worker: when stats were last published (ms) */
     struct sched_stats stats; /* copy published by the worker after each step */
 };
 
 static double now_ms(void) { return check_now_s() * 1e3; }
+
+#define IDLE_SLICE_MS 50 /* how often an idle worker looks at its paused requests */
+
+/* The worker's timed wait on s->cv (mu held, cv made by check_cond_init). */
+static int worker_wait(struct sched *s, int ms)
+{
+    struct timespec ts;
+    check_deadline(&ts, ms);
+    return pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* ---- owners (s->mu held) --------------------------------------------------------------------- */
+
+static struct owner_ent *owner_find(struct sched *s, uint64_t key)
+{
+    for (int i = 0; i < s->n_owners; i++)
+        if (s->owners[i].key == key) return &s->owners[i];
+    return NULL;
+}
+
+/* key's entry, made if new: a newcomer joins the round after the owner served last. NULL when
+ * out of memory. */
+static struct owner_ent *owner_get(struct sched *s, uint64_t key)
+{
+    struct owner_ent *o = owner_find(s, key);
+    if (o) return o;
+    if (s->n_owners == s->cap_owners) {
+        int nc = s->cap_owners ? s->cap_owners * 2 : 16;
+        struct owner_ent *n = realloc(s->owners, (size_t)nc * sizeof *n);
+        if (!n) return NULL;
+        s->owners = n;
+        s->cap_owners = nc;
+    }
+    o = &s->owners[s->n_owners++];
+    *o = (struct owner_ent){.key = key, .turn = s->turn_counter};
+    return o;
+}
+
+/* Moves one of key's requests between its counts (dq waiting, da admitted); the entry leaves
+ * when both are 0. The entry exists while any of its requests does. */
+static void owner_move(struct sched *s, uint64_t key, int dq, int da)
+{
+    struct owner_ent *o = owner_find(s, key);
+    if (!o) return;
+    o->queued += dq;
+    o->admitted += da;
+    if (o->queued <= 0 && o->admitted <= 0) *o = s->owners[--s->n_owners];
+}
+
+/* The running set's share of one owner: max_running over the owners with requests (>= 1). */
+static int owner_share(const struct sched *s)
+{
+    int share = s->o.max_running / (s->n_owners > 0 ? s->n_owners : 1);
+    return share > 0 ? share : 1;
+}
 
 static void req_free(struct req *r)
 {
@@ -168,6 +249,7 @@ static struct req *drop_running(struct sched *s, int idx)
     s->running[idx] = s->running[--s->n_running];
     pthread_mutex_lock(&s->mu);
     s->active--;
+    owner_move(s, r->owner, 0, -1);
     pthread_mutex_unlock(&s->mu);
     return r;
 }
@@ -185,24 +267,33 @@ static void finish_running(struct sched *s, int idx, const char *reason)
     req_free(r);
 }
 
-/* Frees a running request's cache blocks and puts it back at the head of the waiting queue;
- * it is recomputed from its prompt and generated tokens when readmitted. */
-static void preempt(struct sched *s, int idx)
+/* Puts r (out of the running set) back at the head of the waiting queue without its blocks. */
+static void requeue(struct sched *s, struct req *r, bool fair)
 {
-    struct req *r = s->running[idx];
     kv_seq_destroy(r->kv);
     r->kv = NULL;
     r->phase = PH_WAITING;
-    s->running[idx] = s->running[--s->n_running];
     pthread_mutex_lock(&s->mu);
     s->active--;
+    owner_move(s, r->owner, 1, -1);
     r->next = s->head;
     s->head = r;
     if (!s->tail) s->tail = r;
     s->n_queued++;
     s->stats.preemptions++;
+    if (fair) s->stats.fair_preemptions++;
     pthread_mutex_unlock(&s->mu);
-    log_debug("request %llu pre-empted (KV pool full)", (unsigned long long)r->id);
+    log_debug("request %llu pre-empted (%s)", (unsigned long long)r->id, fair ? "another owner's turn" : "KV pool full");
+}
+
+/* Frees running[idx]'s cache blocks and puts it back at the head of the waiting queue; it is
+ * recomputed from its prompt and generated tokens when readmitted. fair: to give another owner
+ * its turn (else the pool was full). */
+static void preempt(struct sched *s, int idx, bool fair)
+{
+    struct req *r = s->running[idx];
+    s->running[idx] = s->running[--s->n_running];
+    requeue(s, r, fair);
 }
 
 static int newest_running(const struct sched *s)
@@ -216,31 +307,125 @@ static int newest_running(const struct sched *s)
 /* Frees a request taken from the queue that never joined the running set. */
 static void retire(struct sched *s, struct req *r)
 {
-    req_free(r);
     pthread_mutex_lock(&s->mu);
     s->active--;
+    owner_move(s, r->owner, 0, -1);
     pthread_mutex_unlock(&s->mu);
+    req_free(r);
 }
 
-/* Takes waiting requests into the running set while the pool can hold their prompts. */
+/* The waiting request whose turn it is (mu held): a cancelled one at once; else, of those not
+ * paused whose owner is below its running limit, the first of the owner below its share that was
+ * served longest ago (then of the owners at or over it). *prev: its predecessor. NULL if none. */
+static struct req *next_in_turn(struct sched *s, struct req **prev)
+{
+    struct req *best = NULL, *p = NULL;
+    const int share = owner_share(s);
+    uint64_t best_key = UINT64_MAX;
+    *prev = NULL;
+    for (struct req *q = s->head; q; p = q, q = q->next) {
+        if (atomic_load(&q->cancelled)) {
+            *prev = p;
+            return q;
+        }
+        const struct owner_ent *o = owner_find(s, q->owner);
+        if (q->paused || !o || o->admitted >= s->o.max_running_per_owner) continue;
+        uint64_t key = (o->admitted >= share ? 1ull << 63 : 0) | (o->turn & ((1ull << 63) - 1));
+        if (key < best_key) best = q, *prev = p, best_key = key;
+    }
+    return best;
+}
+
+/* When r's owner holds less than its share of the full running set: the newest running request
+ * of the owner holding the most, if that is more than its share (mu held); -1 if none. */
+static int fair_victim(struct sched *s, const struct req *r)
+{
+    const int share = owner_share(s);
+    const struct owner_ent *mine = owner_find(s, r->owner);
+    if (!mine || mine->admitted >= share) return -1;
+    const struct owner_ent *most = NULL;
+    for (int i = 0; i < s->n_running; i++) {
+        const struct owner_ent *o = owner_find(s, s->running[i]->owner);
+        if (o && o->admitted > share && (!most || o->admitted > most->admitted)) most = o;
+    }
+    int v = -1;
+    for (int i = 0; most && i < s->n_running; i++)
+        if (s->running[i]->owner == most->key && (v < 0 || s->running[i]->admit_no > s->running[v]->admit_no)) v = i;
+    return v;
+}
+
+/* Frees the KV blocks of the longest-parked request that holds any (it is recomputed when
+ * resumed). Returns false if none does. */
+static bool evict_parked_kv(struct sched *s)
+{
+    struct req *victim = NULL;
+    for (struct req *p = s->parked; p; p = p->next)
+        if (p->kv && (!victim || p->t_paused < victim->t_paused)) victim = p;
+    if (!victim) return false;
+    kv_seq_destroy(victim->kv);
+    victim->kv = NULL;
+    victim->phase = PH_WAITING;
+    return true;
+}
+
+/* Removes r (after prev) from the waiting queue (mu held) and counts it admitted. */
+static void take_waiting(struct sched *s, struct req *prev, struct req *r)
+{
+    if (prev) prev->next = r->next;
+    else s->head = r->next;
+    if (s->tail == r) s->tail = prev;
+    r->next = NULL;
+    s->n_queued--;
+    s->active++;
+    owner_move(s, r->owner, -1, 1);
+    struct owner_ent *o = owner_find(s, r->owner);
+    if (o) o->turn = ++s->turn_counter;
+}
+
+/* Whether the next waiting request r may join now (mu held, which *unlocked says this returns
+ * without): 1 yes; 0 not yet; -1 after making room (pre-empted a request, freed parked blocks). */
+static int may_admit(struct sched *s, struct req *r, bool *unlocked)
+{
+    *unlocked = false;
+    if (atomic_load(&r->cancelled)) return 1;
+    if (s->n_running >= s->o.max_running) {
+        int v = fair_victim(s, r);
+        if (v < 0) return 0;
+        pthread_mutex_unlock(&s->mu);
+        *unlocked = true;
+        preempt(s, v, true);
+        return -1;
+    }
+    if (kv_can_allocate(s->kv, kv_blocks_for_tokens(r->n_toks) + 1)) return 1;
+    pthread_mutex_unlock(&s->mu);
+    *unlocked = true;
+    if (evict_parked_kv(s)) return -1;
+    return s->n_running > 0 ? 0 : 1; /* wait for blocks to come back; alone, it takes its chance */
+}
+
+/* Takes waiting requests into the running set, in turns, while the pool can hold their prompts. */
 static void admit(struct sched *s)
 {
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        struct req *r = s->head;
-        if (!r || s->n_running >= s->o.max_running) {
-            pthread_mutex_unlock(&s->mu);
+        struct req *prev, *r = next_in_turn(s, &prev);
+        bool unlocked = false;
+        int ok = r ? may_admit(s, r, &unlocked) : 0;
+        if (ok > 0 && unlocked) { /* the queue may have changed meanwhile: look again */
+            pthread_mutex_lock(&s->mu);
+            struct req *r2 = next_in_turn(s, &prev);
+            if (r2 != r) {
+                pthread_mutex_unlock(&s->mu);
+                continue;
+            }
+            unlocked = false;
+        }
+        if (ok <= 0) {
+            if (!unlocked) pthread_mutex_unlock(&s->mu);
+            if (ok < 0) continue;
             return;
         }
-        if (!atomic_load(&r->cancelled) && s->n_running > 0 &&
-            !kv_can_allocate(s->kv, kv_blocks_for_tokens(r->n_toks) + 1)) {
-            pthread_mutex_unlock(&s->mu);
-            return; /* wait for blocks to come back */
-        }
-        s->head = r->next;
-        if (!s->head) s->tail = NULL;
-        s->n_queued--;
-        s->active++;
+        take_waiting(s, prev, r);
         pthread_mutex_unlock(&s->mu);
 
         if (atomic_load(&r->cancelled)) {
@@ -346,15 +531,130 @@ static int sample_and_emit(struct sched *s, int idx)
     return 0;
 }
 
-/* Applies the ids sched_cancel() collected to the running set. */
+/* Applies the ids sched_cancel() collected to the running set and the parked list. */
 static void apply_cancels(struct sched *s)
 {
     pthread_mutex_lock(&s->mu);
-    for (int c = 0; c < s->n_cancels; c++)
+    for (int c = 0; c < s->n_cancels; c++) {
         for (int i = 0; i < s->n_running; i++)
             if (s->running[i]->id == s->cancels[c]) atomic_store(&s->running[i]->cancelled, 1);
+        for (struct req *p = s->parked; p; p = p->next)
+            if (p->id == s->cancels[c]) atomic_store(&p->cancelled, 1);
+    }
     s->n_cancels = 0;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- paused requests ------------------------------------------------------------------------- */
+
+/* Takes running[idx] out of the running set onto the parked list, its KV kept; it keeps its
+ * owner's slot (admitted) and the active count. */
+static void park(struct sched *s, int idx)
+{
+    struct req *r = s->running[idx];
+    s->running[idx] = s->running[--s->n_running];
+    r->paused = true;
+    r->t_paused = now_ms();
+    r->next = s->parked;
+    s->parked = r;
+}
+
+/* Unlinks r from the parked list. */
+static void unpark(struct sched *s, struct req *r)
+{
+    for (struct req **pp = &s->parked; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    r->next = NULL;
+    r->paused = false;
+}
+
+/* A parked request resumes: back into the running set with its KV when it has both a slot and
+ * its blocks, else to the head of the waiting queue (recomputed from its tokens). */
+static void resume(struct sched *s, struct req *r)
+{
+    unpark(s, r);
+    if (r->kv && s->n_running < s->o.max_running) s->running[s->n_running++] = r;
+    else requeue(s, r, false);
+}
+
+/* Ends a parked request (cancelled, or stalled) with DONE. */
+static void finish_parked(struct sched *s, struct req *r, const char *reason)
+{
+    unpark(s, r);
+    const char *tail = "";
+    size_t tail_len = 0;
+    if (r->gen) gen_finish(r->gen, &tail, &tail_len);
+    send_done(r, reason, tail, tail_len);
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    owner_move(s, r->owner, 0, -1);
+    pthread_mutex_unlock(&s->mu);
+    req_free(r);
+}
+
+static struct req *parked_by_id(struct sched *s, uint64_t id)
+{
+    for (struct req *p = s->parked; p; p = p->next)
+        if (p->id == id) return p;
+    return NULL;
+}
+
+/* One sched_pause() call: the running set, the parked list, or a waiting request (mu held,
+ * released and taken again around moves that lock it). */
+static void apply_pause(struct sched *s, uint64_t id, bool on)
+{
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->id == id) {
+            if (on) park(s, i);
+            return;
+        }
+    struct req *p = parked_by_id(s, id);
+    if (p) {
+        if (on) p->t_paused = now_ms(); /* paused again: the stall clock restarts */
+        else {
+            pthread_mutex_unlock(&s->mu);
+            resume(s, p);
+            pthread_mutex_lock(&s->mu);
+        }
+        return;
+    }
+    for (struct req *q = s->head; q; q = q->next)
+        if (q->id == id) {
+            if (on) q->t_paused = now_ms();
+            q->paused = on;
+            return;
+        }
+}
+
+/* Applies the pending sched_pause() calls in order, then cancels what has been paused longer
+ * than the stall timeout (parked requests end here, waiting ones when next taken). */
+static void apply_pauses(struct sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < s->n_pauses; k++) apply_pause(s, s->pauses[k].id, s->pauses[k].on);
+    s->n_pauses = 0;
+    const double limit = now_ms() - s->o.stall_timeout_ms;
+    int stalled = 0;
+    for (struct req *q = s->head; q; q = q->next)
+        if (q->paused && q->t_paused < limit && !atomic_exchange(&q->cancelled, 1)) stalled++;
+    s->stats.stall_cancels += (uint64_t)stalled;
+    pthread_mutex_unlock(&s->mu);
+    for (struct req *p = s->parked, *n; p; p = n) {
+        n = p->next;
+        bool stall = p->t_paused < limit;
+        if (!stall && !atomic_load(&p->cancelled)) continue;
+        if (stall) {
+            log_info("request %llu cancelled: its client took no output for %d ms", (unsigned long long)p->id,
+                     s->o.stall_timeout_ms);
+            pthread_mutex_lock(&s->mu);
+            s->stats.stall_cancels++;
+            pthread_mutex_unlock(&s->mu);
+        }
+        finish_parked(s, p, "cancelled");
+    }
 }
 
 /* The running requests in admission order (oldest first) into s->order; returns their count. */
@@ -379,12 +679,13 @@ static attnd_status reserve(struct sched *s, struct req *r, size_t done, int n, 
 {
     attnd_status st;
     while ((st = kv_seq_append(r->kv, r->toks + done, (size_t)n)) == ATTND_ERR_NOMEM) {
+        if (evict_parked_kv(s)) continue; /* paused requests give their blocks first */
         int victim = newest_running(s);
         int in_batch = 0;
         for (int b = 0; b < nb; b++) in_batch |= s->batch_req[b] == s->running[victim];
         if (in_batch) break;
         int self = s->running[victim] == r;
-        preempt(s, victim);
+        preempt(s, victim, false);
         if (self) break;
     }
     if (st && st != ATTND_ERR_NOMEM) {
@@ -451,8 +752,9 @@ static void run_batch(struct sched *s, int nb, int n_tokens)
 /* One continuous-batching step (see the top of this file). Returns 1 if it did any work. */
 static int step(struct sched *s)
 {
-    /* 1. cancelled requests leave at once */
+    /* 1. cancelled requests leave at once; pauses and resumptions, stalled requests end */
     apply_cancels(s);
+    apply_pauses(s);
     for (int i = 0; i < s->n_running;)
         if (atomic_load(&s->running[i]->cancelled)) finish_running(s, i, "cancelled");
         else i++;
@@ -471,9 +773,16 @@ static void publish_stats(struct sched *s)
     struct kv_stats ks;
     kv_get_stats(s->kv, &ks);
     uint64_t used_tokens = 0;
+    int paused = 0;
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i]->kv) used_tokens += kv_seq_len(s->running[i]->kv);
+    for (const struct req *p = s->parked; p; p = p->next) {
+        paused++;
+        if (p->kv) used_tokens += kv_seq_len(p->kv);
+    }
     pthread_mutex_lock(&s->mu);
+    for (const struct req *q = s->head; q; q = q->next) paused += q->paused;
+    s->stats.paused = paused;
     s->stats.running = s->n_running;
     s->stats.kv_tokens_used = used_tokens;
     s->stats.kv_blocks_total = ks.n_blocks;
@@ -585,7 +894,15 @@ static void *worker(void *arg)
     struct sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->head && !s->jobs && s->n_running == 0 && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        /* parked requests only: wake now and then for their stall clocks */
+        while (!s->head && !s->jobs && s->n_running == 0 && !s->stopping && !s->n_pauses &&
+               !(s->parked && s->n_cancels)) {
+            if (s->parked) {
+                if (worker_wait(s, IDLE_SLICE_MS) == ETIMEDOUT) break;
+            } else {
+                pthread_cond_wait(&s->cv, &s->mu);
+            }
+        }
         if (s->stopping) {
             for (struct attn_job *j = s->jobs; j; j = j->next) {
                 j->st = ATTND_ERR_UNSUPPORTED;
@@ -607,7 +924,11 @@ static void *worker(void *arg)
             pthread_mutex_unlock(&s->mu);
             continue;
         }
-        step(s);
+        if (!step(s)) { /* nothing could run (waiting requests paused or at their owner's limit) */
+            pthread_mutex_lock(&s->mu);
+            if (!s->n_pauses && !s->n_cancels && !s->jobs && !s->stopping) worker_wait(s, IDLE_SLICE_MS);
+            pthread_mutex_unlock(&s->mu);
+        }
         /* kv_get_stats walks the whole pool: publish at most every 20 ms, and when idle */
         double t = now_ms();
         if (t - s->last_publish > 20.0 || s->n_running == 0) {
@@ -620,6 +941,7 @@ static void *worker(void *arg)
     }
     /* what is left at stop time ends as cancelled */
     while (s->n_running > 0) finish_running(s, s->n_running - 1, "cancelled");
+    while (s->parked) finish_parked(s, s->parked, "cancelled");
     return NULL;
 }
 
@@ -660,9 +982,14 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     if (s->o.n_ctx <= 0) s->o.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (s->o.kv_type != TENSOR_F16 && s->o.kv_type != TENSOR_F32) s->o.kv_type = TENSOR_F16;
     if (s->o.n_batch < s->o.max_running) s->o.n_batch = s->o.max_running;
+    if (s->o.max_running_per_owner <= 0 || s->o.max_running_per_owner > s->o.max_running)
+        s->o.max_running_per_owner = s->o.max_running;
+    if (s->o.max_queued_per_owner <= 0 || s->o.max_queued_per_owner > s->o.max_queue)
+        s->o.max_queued_per_owner = s->o.max_queue;
+    if (s->o.stall_timeout_ms <= 0) s->o.stall_timeout_ms = 30000;
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    check_cond_init(&s->cv); /* the worker's timed waits take check_deadline deadlines */
     check_cond_init(&s->idle_cv); /* sched_wait_idle waits on it with a check_deadline */
     attnd_status st;
     size_t blocks = s->o.kv_blocks;
@@ -744,6 +1071,8 @@ void sched_destroy(struct sched *s, int grace_ms)
     free(s->batch_req);
     free(s->order);
     free(s->cancels);
+    free(s->pauses);
+    free(s->owners);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
@@ -803,6 +1132,42 @@ static attnd_status grammar_take(struct sched *s, struct req *q, const struct sc
     return ATTND_OK;
 }
 
+/* Puts q at the tail of the waiting queue and gives it its id, or frees it when the queue, or its
+ * owner's share of it, is full or the scheduler is draining (sched_submit's statuses). */
+static attnd_status enqueue(struct sched *s, struct req *q, uint64_t *id, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->mu);
+    struct owner_ent *o = NULL;
+    attnd_status st = ATTND_OK;
+    if (s->draining || s->n_queued >= s->o.max_queue) {
+        st = ATTND_ERR_UNSUPPORTED;
+        snprintf(err, errlen, s->draining ? "the server is shutting down" : "the request queue is full");
+    } else if (!(o = owner_get(s, q->owner))) {
+        st = ATTND_ERR_NOMEM;
+        snprintf(err, errlen, "out of memory");
+    } else if (o->queued >= s->o.max_queued_per_owner) {
+        st = ATTND_ERR_BUSY;
+        snprintf(err, errlen, "this client already has %d requests waiting (at most %d per client); retry later",
+                 o->queued, s->o.max_queued_per_owner);
+    }
+    if (st) {
+        pthread_mutex_unlock(&s->mu);
+        req_free(q);
+        return st;
+    }
+    o->queued++;
+    q->id = s->next_id++;
+    if (iv_own_blocks(q->iv)) q->kv_key ^= q->id * 0x9e3779b97f4a7c15ULL | 1; /* its blocks: its own */
+    if (s->tail) s->tail->next = q;
+    else s->head = q;
+    s->tail = q;
+    s->n_queued++;
+    if (id) *id = q->id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return ATTND_OK;
+}
+
 attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_cb cb, void *ud, uint64_t *id,
                           char *err, size_t errlen)
 {
@@ -852,24 +1217,8 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
         q->n_stops = i + 1;
     }
     q->t_submit = now_ms();
-    pthread_mutex_lock(&s->mu);
-    if (s->draining || s->n_queued >= s->o.max_queue) {
-        int draining = s->draining;
-        pthread_mutex_unlock(&s->mu);
-        req_free(q);
-        snprintf(err, errlen, draining ? "the server is shutting down" : "the request queue is full");
-        return ATTND_ERR_UNSUPPORTED;
-    }
-    q->id = s->next_id++;
-    if (iv_own_blocks(q->iv)) q->kv_key ^= q->id * 0x9e3779b97f4a7c15ULL | 1; /* its blocks: its own */
-    if (s->tail) s->tail->next = q;
-    else s->head = q;
-    s->tail = q;
-    s->n_queued++;
-    if (id) *id = q->id;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return ATTND_OK;
+    q->owner = r->owner;
+    return enqueue(s, q, id, err, errlen);
 oom:
     req_free(q);
     snprintf(err, errlen, "out of memory");
@@ -891,6 +1240,22 @@ void sched_cancel(struct sched *s, uint64_t id)
         }
     }
     if (s->n_cancels < s->cap_cancels) s->cancels[s->n_cancels++] = id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_pause(struct sched *s, uint64_t id, bool paused)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->n_pauses == s->cap_pauses) {
+        int nc = s->cap_pauses ? s->cap_pauses * 2 : 16;
+        struct pause_op *n = realloc(s->pauses, (size_t)nc * sizeof *n);
+        if (n) {
+            s->pauses = n;
+            s->cap_pauses = nc;
+        }
+    }
+    if (s->n_pauses < s->cap_pauses) s->pauses[s->n_pauses++] = (struct pause_op){.id = id, .on = paused};
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }

@@ -39,7 +39,8 @@ def running(d):
 
 
 def check_route(path, stream):
-    d = Daemon(MODEL, "--grace-ms", "60000", "--max-tokens-cap", "4000")
+    d = Daemon(MODEL, "--grace-ms", "60000", "--max-tokens-cap", "4000",
+               "--max-request-work", "1000000")  # the (6)-sized requests are the point here
     name = f"{path} stream={stream}"
     try:
         body = dict(BODIES[path], stream=stream)
