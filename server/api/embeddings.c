@@ -268,7 +268,7 @@ enum MHD_Result api_embeddings(struct api_conn *c)
     else code = run(c, &e, &m, err, sizeof err); /* releases the engine */
     cJSON_Delete(root);
     if (code == 499) ret = MHD_NO;
-    else if (code) ret = oai_error(c, code, pbuf[0] ? pbuf : NULL, code == 400 ? "invalid_value" : NULL, "%s", err);
+    else if (code) ret = oai_error(c, code, pbuf[0] ? pbuf : NULL, NULL, "%s", err);
     else ret = answer(c, &m, model);
     emb_free(&m);
     return ret;
