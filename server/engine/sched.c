@@ -166,8 +166,8 @@ static struct owner_ent *owner_find(struct sched *s, uint64_t key)
     return NULL;
 }
 
-/* key's entry, made if new: a newcomer joins the round after the owner served last. NULL when
- * out of memory. */
+/* key's entry, made if new: a newcomer goes before the owner served last, after those that have
+ * waited longer. NULL when out of memory. */
 static struct owner_ent *owner_get(struct sched *s, uint64_t key)
 {
     struct owner_ent *o = owner_find(s, key);
@@ -180,7 +180,7 @@ static struct owner_ent *owner_get(struct sched *s, uint64_t key)
         s->cap_owners = nc;
     }
     o = &s->owners[s->n_owners++];
-    *o = (struct owner_ent){.key = key, .turn = s->turn_counter};
+    *o = (struct owner_ent){.key = key, .turn = s->turn_counter ? s->turn_counter - 1 : 0};
     return o;
 }
 

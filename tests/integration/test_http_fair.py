@@ -8,6 +8,8 @@ raw sockets, with short limits set by flags so it takes seconds:
  - 50 busy streams of A that do read: B's request waits no more than about one turn of the
    scheduler (its latency beside B alone, and the step time, are printed);
  - --max-queued-per-tenant: past it, 429 with Retry-After; the other tenant is still served;
+ - a paused stream, once read, gives the tokens of the same request answered whole;
+ - without keys the turns are between client addresses (127.0.0.2 stalls, 127.0.0.3 is served);
  - --max-request-work: the (6) request (n 8, logprobs 20, max_tokens 4080) is a 400 naming the
    fields and the cap; an ordinary n 8 x 2048 request without logprobs is accepted.
 Against a daemon that lacks the new flags (the parent commit) the flags it does not know are
@@ -49,13 +51,16 @@ def start(keyfile, *extra):
 
 def request_bytes(d, who, body, path="/v1/generate"):
     data = json.dumps(body).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\nAuthorization: Bearer {KEYS[who]}\r\n"
+    auth = f"Authorization: Bearer {KEYS[who]}\r\n" if who else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n{auth}"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
 
 
-def open_stream(d, who, body, rcvbuf=4096, path="/v1/generate"):
+def open_stream(d, who, body, rcvbuf=4096, path="/v1/generate", src=None):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # a client that reads nothing holds little
+    if src:
+        s.bind((src, 0))
     s.connect(("127.0.0.1", d.port))
     s.sendall(request_bytes(d, who, body, path))
     return s
@@ -77,11 +82,11 @@ def status_of(sock, timeout=10.0):
     return code, hdrs, buf
 
 
-def ask_b(d, timeout=30.0):
+def ask_b(d, timeout=30.0, who="B", src=None):
     """Tenant B's 4-token request, whole: (seconds, status, body)."""
     t0 = time.time()
-    s = socket.create_connection(("127.0.0.1", d.port))
-    s.sendall(request_bytes(d, "B", {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
+    s = socket.create_connection(("127.0.0.1", d.port), source_address=(src, 0) if src else None)
+    s.sendall(request_bytes(d, who, {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
                                      "ignore_eos": True}, "/v1/completions"))
     s.settimeout(timeout)
     buf = b""
@@ -108,7 +113,8 @@ LONG = {"prompt": "Once upon a time", "max_tokens": 4000, "logprobs": 20, "strea
 
 def metric(d, name):
     try:
-        return d.metrics(timeout=10, headers={"Authorization": "Bearer " + KEYS["B"]}).get(name, -1)
+        hdr = {"Authorization": "Bearer " + KEYS["B"]} if "--api-keys" in d.proc.args else {}
+        return d.metrics(timeout=10, headers=hdr).get(name, -1)
     except Exception:  # noqa: BLE001 - a daemon that does not answer reads as "no value"
         return -1
 
@@ -126,6 +132,10 @@ def check_stalled(keyfile):
         c.check(code == 200 and lat <= 2.0, f"B beside 50 stalled streams: {code} in {lat:.2f} s (want <= 2 s)")
         paused = wait_for(lambda: metric(d, "attnd_requests_paused") >= 16, timeout=10)
         print(f"paused streams: {metric(d, 'attnd_requests_paused')}, running {metric(d, 'attnd_requests_running')}")
+        s0 = metric(d, "attnd_scheduler_steps_total")
+        time.sleep(0.5)
+        s1 = metric(d, "attnd_scheduler_steps_total")
+        c.check(paused and s1 == s0, f"paused streams compute nothing: scheduler steps {s0} then {s1} over 0.5 s")
         c.check(paused, f"stalled streams paused: attnd_requests_paused {metric(d, 'attnd_requests_paused')}")
         t0 = time.time()
         cancelled = wait_for(lambda: metric(d, "attnd_stalled_cancels_total") >= 32, timeout=STALL_MS / 1e3 + 15)
@@ -207,6 +217,74 @@ def check_queue_limit(keyfile):
         c.check(d.stop() == 0, "daemon exits 0 after the queue-limit test")
 
 
+def dechunk(raw):
+    """The body of a chunked HTTP/1.1 answer (raw: the bytes after the header)."""
+    out, i = b"", 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return out
+        size = int(raw[i:j].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return out
+        out += raw[j + 2:j + 2 + size]
+        i = j + 2 + size + 2
+
+
+def read_all(sock, timeout=60.0):
+    sock.settimeout(timeout)
+    buf = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return buf
+        buf += chunk
+        if buf.endswith(b"\r\n0\r\n\r\n"):
+            return buf
+
+
+def check_resume(keyfile):
+    """A stream paused while its client does not read gives, once read, the same tokens as the
+    same request answered whole."""
+    d = start(keyfile, ("--stream-pause-kib", 16))
+    try:
+        body = {"prompt": "Once upon a time", "max_tokens": 400, "logprobs": 20, "temperature": 0, "ignore_eos": True}
+        r = d.post("/v1/generate", body, headers={"Authorization": "Bearer " + KEYS["A"]})
+        want = r.json()["tokens"] if r.status_code == 200 else None
+        s = open_stream(d, "A", dict(body, stream=True))
+        paused = wait_for(lambda: metric(d, "attnd_requests_paused") >= 1, timeout=10)
+        c.check(paused, "a stream whose client does not read is paused")
+        time.sleep(0.5)
+        raw = read_all(s)
+        s.close()
+        events = [json.loads(ln[6:]) for ln in dechunk(raw.split(b"\r\n\r\n", 1)[1]).decode().split("\n")
+                  if ln.startswith("data: {")]
+        got = [e["token"] for e in events if "token" in e]
+        c.check(want is not None and got == want, f"resumed stream: the whole answer's {len(want or [])} tokens "
+                                                  f"(got {len(got)})")
+        print(f"paused stream resumed and read: {len(got)} tokens, {len(raw)} bytes")
+    finally:
+        c.check(d.stop() == 0, "daemon exits 0 after the resume test")
+
+
+def check_no_keys():
+    """Without keys the owners are client addresses: 50 stalled streams from 127.0.0.2 and a
+    request from 127.0.0.3."""
+    d = Daemon(MODEL, *flags(("--ctx", 8192), ("--max-connections", 512), ("--max-per-client", 256),
+                             ("--max-queue", 256), ("--stall-timeout-ms", 60000), ("--stream-pause-kib", 16)))
+    socks = []
+    try:
+        socks = [open_stream(d, None, LONG, src="127.0.0.2") for _ in range(50)]
+        time.sleep(1.0)
+        lat, code, _ = ask_b(d, timeout=30, who=None, src="127.0.0.3")
+        print(f"without keys: a 4-token request from 127.0.0.3 beside 50 stalled streams from 127.0.0.2: {lat:.3f} s")
+        c.check(code == 200 and lat <= 2.0, f"per address without keys: {code} in {lat:.2f} s (want <= 2 s)")
+    finally:
+        for s in socks:
+            s.close()
+        c.check(d.stop() == 0, "daemon exits 0 after the no-keys test")
+
+
 def check_work_cap(keyfile):
     d = start(keyfile)
     try:
@@ -239,7 +317,9 @@ def main():
         check_stalled(keyfile)
         check_busy(keyfile)
         check_queue_limit(keyfile)
+        check_resume(keyfile)
         check_work_cap(keyfile)
+        check_no_keys()
     finally:
         os.unlink(keyfile)
     c.finish()
