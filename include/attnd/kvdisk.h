@@ -28,8 +28,10 @@
  * every tensor's bytes (its first, middle and last 64 bytes). A different model, another
  * quantization of the same model, or the same shapes with other weights give another value.
  *
- * Budget. The files' bytes stay under max_bytes: the writer deletes the oldest files first
- * (by the write time in their headers). A disk that reports ENOSPC or EDQUOT stops
+ * Budget. The files' bytes stay under max_bytes: the writer deletes the least recently used
+ * files first. A file is used when it is written, restored, or its block is evicted from the pool
+ * again; a use also sets the file's modification time, which orders the files at the next open
+ * (ties broken by the write time in their headers). A disk that reports ENOSPC or EDQUOT stops
  * the spilling for the life of the handle (logged once); requests never see it.
  *
  * Threads. Writes run on the handle's own thread through io_uring (pwrite where io_uring is

@@ -128,7 +128,7 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--kv-events-topic", NULL, CLI_STR, &A->kv_events_topic, "TOPIC", "first frame of each event message (default empty; llm-d reads\n"
                  "kv@POD@MODEL)")},
         {CLI_OPT("--kv-disk", NULL, CLI_STR, &A->kv_disk, "DIR", "spill evicted prefix blocks to DIR, restore them on a hit (docs/DEPLOY.md)")},
-        {CLI_OPT("--kv-disk-bytes", NULL, CLI_SIZE, &A->kv_disk_bytes, "BYTES", "budget of --kv-disk's files, oldest deleted first (default 1 GiB)"), CLI_RANGE(1, 1L << 50)},
+        {CLI_OPT("--kv-disk-bytes", NULL, CLI_SIZE, &A->kv_disk_bytes, "BYTES", "budget of --kv-disk's files, least recently used deleted first (default 1 GiB)"), CLI_RANGE(1, 1L << 50)},
         SERVE_FAIR_OPTS(so, hc, &A->max_work),
         {CLI_OPT("--max-body", NULL, CLI_SIZE, &hc->max_body, "BYTES", "largest request body (default 1048576; bigger: 413)"), CLI_RANGE(64, 1L << 30)},
         {CLI_OPT("--max-tokens-cap", NULL, CLI_INT, &hc->max_tokens_cap, "N", "largest max_tokens a request may ask (default 4096)"), CLI_RANGE(0, 1 << 22)},

@@ -458,8 +458,12 @@ static void seq_free(struct kv_seq *s)
 void kv_destroy(struct kv_cache *c)
 {
     if (!c) return;
-    /* what the pool still holds goes to the disk tier, so that a restart finds it */
-    for (size_t i = 0; c->disk_buf && i < c->n_blocks; i++) block_spill(c, (int32_t)i, true);
+    /* What the pool still holds goes to the disk tier, so that a restart finds it: least recently
+     * used first, so that a budget too small for all of it keeps the most recent (the tier deletes
+     * its oldest files first). */
+    for (int32_t b = c->disk_buf ? c->lru_head : -1; b >= 0; b = c->blocks[b].next) block_spill(c, b, true);
+    for (size_t i = 0; c->disk_buf && i < c->n_blocks; i++)
+        if (c->blocks[i].ref > 0) block_spill(c, (int32_t)i, true);
     free(c->disk_buf);
     kvev_all_cleared(c->opts.events);
     while (c->seqs) {

@@ -270,6 +270,18 @@ static void age_append(struct kvdisk *d, struct ent *e)
     d->st.bytes += e->bytes;
 }
 
+/* Moves a written entry to the newest end of the age list: a block in use is deleted last. */
+static void age_touch(struct kvdisk *d, struct ent *e)
+{
+    if (e->pending || d->newest == e) return;
+    if (e->older) e->older->newer = e->newer;
+    else d->oldest = e->newer;
+    e->newer->older = e->older; /* e is not the newest, so it has a newer one */
+    d->st.files--;
+    d->st.bytes -= e->bytes;
+    age_append(d, e);
+}
+
 /* Removes an entry from the index (and the age list when written) and frees it. */
 static void ent_remove(struct kvdisk *d, struct ent *e)
 {
@@ -426,7 +438,17 @@ void *kvdisk_put_begin(struct kvdisk *d, uint64_t hash, bool wait)
     pthread_mutex_lock(&d->mu);
     while (wait && !d->st.full && d->q_bytes + d->file_bytes > QUEUE_MAX_BYTES) pthread_cond_wait(&d->cv, &d->mu);
     unsigned char *buf = NULL;
-    if (d->st.full || ent_find(d, hash)) goto out;
+    struct ent *have = ent_find(d, hash);
+    if (have) { /* already kept: evicted again, so still in use; its file is renewed */
+        if (!have->pending) {
+            age_touch(d, have);
+            char path[4096];
+            block_path(d, hash, false, path, sizeof path);
+            utimensat(AT_FDCWD, path, NULL, 0);
+        }
+        goto out;
+    }
+    if (d->st.full) goto out;
     if (d->q_bytes + d->file_bytes > QUEUE_MAX_BYTES) {
         d->st.dropped++;
         goto out;
@@ -521,6 +543,7 @@ attnd_status kvdisk_get(struct kvdisk *d, const struct kvdisk_block *want, void 
     struct stat sb;
     uint64_t size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
     int rc = size == d->file_bytes ? file_io(&d->rring, d->rring_ok, fd, d->rbuf, d->file_bytes, false) : 0;
+    if (rc == 0) futimens(fd, NULL); /* used: the budget deletes it last (the age at the next start) */
     close(fd);
     if (rc < 0) {
         refuse(d, want->hash, path, strerror(-rc), true);
@@ -534,6 +557,7 @@ attnd_status kvdisk_get(struct kvdisk *d, const struct kvdisk_block *want, void 
     }
     memcpy(payload, d->rbuf + HDR, d->payload);
     pthread_mutex_lock(&d->mu);
+    if ((e = ent_find(d, want->hash))) age_touch(d, e);
     d->st.reads++;
     d->st.read_bytes += d->file_bytes;
     d->st.read_seconds += check_now_s() - t0;
@@ -554,13 +578,15 @@ void kvdisk_get_stats(struct kvdisk *d, struct kvdisk_stats *out)
 
 struct found {
     uint64_t hash;
-    uint64_t written_ns; /* the header's write time */
+    uint64_t used_ns;    /* the file's modification time: written, or last restored or evicted again */
+    uint64_t written_ns; /* the header's write time: breaks ties of coarse file times */
 };
 
 static int found_cmp(const void *a, const void *b)
 {
-    uint64_t x = ((const struct found *)a)->written_ns, y = ((const struct found *)b)->written_ns;
-    return x < y ? -1 : x > y;
+    const struct found *x = a, *y = b;
+    if (x->used_ns != y->used_ns) return x->used_ns < y->used_ns ? -1 : 1;
+    return x->written_ns < y->written_ns ? -1 : x->written_ns > y->written_ns;
 }
 
 /* Checks one directory entry's header; true (and *f filled) if it is a usable block file. */
@@ -596,6 +622,7 @@ static bool scan_one(struct kvdisk *d, const char *name, struct found *f)
     }
     f->hash = h;
     f->written_ns = get64(hdr + 144);
+    f->used_ns = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
     return true;
 }
 

@@ -234,10 +234,19 @@ static void test_budget_and_full(void)
     kvdisk_get_stats(d, &s);
     T_CHECK(s.files == 3 && s.deleted == 2 && s.bytes <= 3 * fb, "budget of 3 files: %" PRIu64, s.files);
     T_CHECK(!kvdisk_has(d, 0x1000) && !kvdisk_has(d, 0x1001) && kvdisk_has(d, 0x1004), "oldest deleted first");
+    bool same;
+    T_CHECK(get(d, 2, &same) == ATTND_OK && same, "block 2 restored: now the most recently used");
+    put(d, 5);
+    kvdisk_flush(d);
+    T_CHECK(kvdisk_has(d, 0x1002) && !kvdisk_has(d, 0x1003) && kvdisk_has(d, 0x1005), "the least recently used deleted");
+    T_CHECK(!put(d, 4), "block 4 evicted again: not rewritten, but renewed");
+    put(d, 6);
+    kvdisk_flush(d);
+    T_CHECK(kvdisk_has(d, 0x1004) && !kvdisk_has(d, 0x1002) && kvdisk_has(d, 0x1006), "the renewed one kept");
     kvdisk_close(d);
     d = open_dir(MODEL_ID, g_lay, 2 * fb); /* a smaller budget at open trims the oldest */
     kvdisk_get_stats(d, &s);
-    T_CHECK(s.files == 2 && kvdisk_has(d, 0x1004) && !kvdisk_has(d, 0x1002), "trimmed at open to 2");
+    T_CHECK(s.files == 2 && kvdisk_has(d, 0x1006) && !kvdisk_has(d, 0x1002), "trimmed at open to 2");
     int errs[] = {ENOSPC, EDQUOT};
     for (int i = 0; i < 2; i++) {
         kvdisk_close(d);
@@ -336,6 +345,86 @@ static void test_cache_hooks(void)
     kvdisk_close(d);
 }
 
+/* f32 K (kv 0) or V of a token at a position, element i: exact, and different for another token
+ * or position, so a block spliced in the wrong place shows. */
+static float tok_val(int pos, int tok, int kv, int i) { return (float)(pos * 4096 + tok * 4 + kv) + (float)i / 8.0f; }
+
+/* Checks the n_cached leading positions of s against tok_val; returns how many differ. */
+static int check_cached(struct kv_cache *c, struct kv_seq *s, const int32_t *toks, size_t n_cached)
+{
+    int bad = 0;
+    const int32_t *tab = kv_seq_block_table(s);
+    for (size_t p = 0; p < n_cached; p++) {
+        size_t off = (size_t)tab[p / 16] * kv_block_stride(c) + (p % 16) * 4 * sizeof(float);
+        const float *k = (const float *)((const char *)kv_k_base(c, 0) + off);
+        const float *v = (const float *)((const char *)kv_v_base(c, 0) + off);
+        for (int i = 0; i < 4; i++)
+            bad += k[i] != tok_val((int)p, toks[p], 0, i) || v[i] != tok_val((int)p, toks[p], 1, i);
+    }
+    return bad;
+}
+
+/* Random requests on shared prefixes over a 12-block pool with the tier, and restarts: every
+ * reused position holds its own token's K/V, and the cache's invariants hold throughout. */
+static void test_stress(void)
+{
+    clear_dir();
+    const struct kvdisk_layout lay = {TENSOR_F32, 1, 1, 4};
+    struct kvdisk *d = open_dir(MODEL_ID, lay, 40 * (KVDISK_HEADER_BYTES + 512));
+    struct kv_opts ko = kv_opts_default(1, 1, 4, 12);
+    ko.type = TENSOR_F32, ko.disk = d;
+    struct kv_cache *c = NULL;
+    T_CHECK(kv_create(&ko, &c) == ATTND_OK, "cache");
+    uint64_t rng = 37;
+    int32_t base[4][64], toks[128];
+    for (int b = 0; b < 4; b++)
+        for (int i = 0; i < 64; i++) base[b][i] = b * 100 + i;
+    int bad = 0, invalid = 0, restarts = 0;
+    size_t reused = 0;
+    uint64_t from_disk = 0;
+    struct kv_stats ks;
+    for (int op = 0; op < 3000 && c; op++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        int b = (int)((rng >> 33) % 4), keep = 17 + (int)((rng >> 40) % 48), extra = (int)((rng >> 50) % 60);
+        size_t n = (size_t)keep + (size_t)extra;
+        memcpy(toks, base[b], (size_t)keep * sizeof *toks);
+        for (int i = 0; i < extra; i++) toks[keep + i] = 1000 + (int)((rng >> (i % 24)) % 7);
+        struct kv_seq *s;
+        size_t cached;
+        if (kv_seq_create(c, toks, n, n, &s, &cached)) continue;
+        bad += check_cached(c, s, toks, cached);
+        reused += cached;
+        if (!kv_seq_append(s, toks + cached, n - cached)) {
+            float k[4], v[4];
+            for (size_t p = cached; p < n; p++) {
+                for (int i = 0; i < 4; i++) k[i] = tok_val((int)p, toks[p], 0, i), v[i] = tok_val((int)p, toks[p], 1, i);
+                kv_write(s, 0, p, k, v);
+            }
+            kv_seq_commit(s, n);
+        }
+        kv_seq_destroy(s);
+        kvdisk_flush(d); /* a writer that keeps up: the run does not depend on its timing */
+        if (op % 50 == 0) invalid += kv_validate(c, NULL, 0) != ATTND_OK;
+        if (op % 700 == 699) { /* a restart */
+            kv_get_stats(c, &ks);
+            from_disk += ks.disk_hit_blocks;
+            kv_destroy(c);
+            kvdisk_close(d);
+            d = open_dir(MODEL_ID, lay, 40 * (KVDISK_HEADER_BYTES + 512));
+            ko.disk = d;
+            if (kv_create(&ko, &c)) c = NULL;
+            restarts++;
+        }
+    }
+    if (c) kv_get_stats(c, &ks), from_disk += ks.disk_hit_blocks;
+    T_CHECK(c && bad == 0 && invalid == 0, "stress: %d wrong values, %d invalid states", bad, invalid);
+    T_CHECK(from_disk > 100 && reused > 1000, "stress: %" PRIu64 " blocks from disk, %zu tokens reused", from_disk, reused);
+    printf("stress: 3000 requests, %zu tokens reused, %" PRIu64 " blocks of them from disk, 4 restarts\n", reused, from_disk);
+    T_CHECK(restarts == 4, "4 restarts");
+    kv_destroy(c);
+    kvdisk_close(d);
+}
+
 static void test_identity(void)
 {
     const char *names[] = {"stories260K.gguf", "tiny-llama-spm-f32.gguf", "tiny-llama-spm-q8_0.gguf"};
@@ -367,6 +456,7 @@ int main(void)
     test_damage();
     test_budget_and_full();
     test_cache_hooks();
+    test_stress();
     test_identity();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
