@@ -11,6 +11,7 @@
 #include "attnd/sampler.h"
 #include "attnd/sched.h"
 #include "server/api/errors.h"
+#include "server/api/job.h"
 #include "server/api/sse.h"
 
 #define WAIT_SLICE_MS 50 /* how often the waiting connection checks its socket and the queue */
@@ -28,6 +29,7 @@ struct run {
     pthread_cond_t cv;
     struct slot *slots; /* (n) */
     uint64_t *ids;      /* (n) */
+    uint64_t owner;     /* the caller's turn-taking owner (job_owner) */
     int n_done;
     bool failed;
     attnd_status st;
@@ -66,7 +68,7 @@ static int submit_some(struct sched *s, struct run *r, const struct ivrun_job *j
     while (*next < n) {
         const struct ivrun_job *j = &jobs[*next];
         struct sched_request req = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = 0,
-                                    .sampling = sampler_params_default(), .iv = j->iv};
+                                    .sampling = sampler_params_default(), .iv = j->iv, .owner = r->owner};
         char m[256] = "";
         attnd_status st = sched_submit(s, &req, on_event, &r->slots[*next], &r->ids[*next], m, sizeof m);
         if (st && retryable(st, m)) return 0;
@@ -118,7 +120,8 @@ static int wait_all(struct api_conn *c, struct api_engine *e, struct run *r, con
 
 int ivrun_all(struct api_conn *c, struct api_engine *e, const struct ivrun_job *jobs, int n, char *err, size_t errlen)
 {
-    struct run r = {.slots = calloc((size_t)n, sizeof *r.slots), .ids = calloc((size_t)n, sizeof *r.ids)};
+    struct run r = {.slots = calloc((size_t)n, sizeof *r.slots), .ids = calloc((size_t)n, sizeof *r.ids),
+                    .owner = job_owner(c)};
     if (!r.slots || !r.ids) {
         api_engine_release(c->srv);
         free(r.slots), free(r.ids);

@@ -1,8 +1,10 @@
 /* ivrun.h - runs many prompt-only requests of the scheduler at once (POST /v1/embeddings,
  * POST /v1/patching): each a prompt pass (max_tokens 0) whose interventions and captures
  * (intervene.h) do the work, all submitted together so the batched engine runs them in the same
- * steps, and waited for together. A full queue takes the rest as earlier ones end; a failure or
- * a client that leaves cancels the others. Not a public header. */
+ * steps, and waited for together, under the caller's owner (job_owner: the tenant or the client
+ * address, the scheduler's unit of turns). A full queue, or the owner's full share of it, takes
+ * the rest as earlier ones end; a failure or a client that leaves cancels the others. Not a
+ * public header. */
 #ifndef ATTND_API_IVRUN_H
 #define ATTND_API_IVRUN_H
 

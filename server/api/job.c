@@ -240,7 +240,7 @@ static void stream_pause(void *owner, bool on)
 
 /* Who the scheduler takes turns between: the tenant, or without keys the client's address
  * (FNV-1a of its bytes, IPv4 and IPv6 alike). */
-static uint64_t job_owner(struct api_conn *c)
+uint64_t job_owner(struct api_conn *c)
 {
     if (tenant_count(c->srv->tenants) > 0) return (uint64_t)(c->tenant > 0 ? c->tenant : 0);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);

@@ -150,6 +150,9 @@ struct api_job {
     struct api_sse sse;        /* stream: the bytes on their way to the client, the socket */
 };
 
+/* c's sched_request.owner: its tenant, or without keys a hash of its client address. */
+uint64_t job_owner(struct api_conn *c);
+
 /* The response id ("chatcmpl-N"...) into buf. */
 void job_id_str(const struct api_job *j, char *buf, size_t cap);
 
