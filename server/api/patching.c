@@ -32,7 +32,8 @@ struct patch {
     float *acts;     /* (n_layers, n, width) the clean run's site */
     size_t width;
     float *finals;   /* (2 + cells, d) the last position's resid_post: clean, corrupted, cells */
-    struct iv_set **ivs; /* (2 + cells) */
+    struct iv_set **ivs; /* (2 + cells) NULL for a cell not run (cell_is_noop) */
+    int n_skipped;       /* cells not run */
     double ms;
 };
 
@@ -206,6 +207,18 @@ static int prepare(const struct api_engine *e, struct patch *p, char *err, size_
     return 0;
 }
 
+/* 1 if column ci's patch writes only positions before the first token where the prompts differ:
+ * the clean and corrupted activations there are the same, so the patched run is the corrupted one. */
+static int cell_is_noop(const struct patch *p, int ci)
+{
+    size_t first = 0;
+    while (first < p->n && p->clean[first] == p->corr[first]) first++;
+    if (p->site != IV_SITE_Z) return (size_t)p->positions[ci] < first;
+    for (int k = 0; k < p->n_positions; k++)
+        if ((size_t)p->positions[k] >= first) return 0;
+    return 1;
+}
+
 /* Cell (layer index li, column ci): the corrupted run with the clean activation written in. */
 static int cell_set(struct patch *p, int li, int ci, struct iv_set **out)
 {
@@ -249,13 +262,20 @@ static int run(struct api_conn *c, struct api_engine *e, struct patch *p, char *
     if (!jobs) return api_engine_release(c->srv), snprintf(err, n, "out of memory"), 503;
     jobs[0] = (struct ivrun_job){p->clean, p->n, p->ivs[0]};
     jobs[1] = (struct ivrun_job){p->corr, p->n, p->ivs[1]};
-    int code = ivrun_all(c, e, jobs, 2, err, n);
-    for (int i = 0; !code && i < cells; i++)
+    int code = ivrun_all(c, e, jobs, 2, err, n), k = 0;
+    const size_t d = (size_t)p->hp.n_embd;
+    for (int i = 0; !code && i < cells; i++) {
+        if (cell_is_noop(p, i % p->n_cols)) { /* the corrupted run itself */
+            memcpy(p->finals + (size_t)(2 + i) * d, p->finals + d, d * sizeof *p->finals);
+            p->n_skipped++;
+            continue;
+        }
         if (cell_set(p, i / p->n_cols, i % p->n_cols, &p->ivs[2 + i])) code = 503, snprintf(err, n, "out of memory");
-    for (int i = 0; i < cells; i++) jobs[2 + i] = (struct ivrun_job){p->corr, p->n, p->ivs[2 + i]};
-    if (!code && (!api_engine_acquire(c->srv, e) || (e->sched != s && (api_engine_release(c->srv), 1))))
+        jobs[2 + k++] = (struct ivrun_job){p->corr, p->n, p->ivs[2 + i]};
+    }
+    if (!code && k && (!api_engine_acquire(c->srv, e) || (e->sched != s && (api_engine_release(c->srv), 1))))
         code = 503, snprintf(err, n, "the model was unloaded or replaced");
-    if (!code) code = ivrun_all(c, e, jobs + 2, cells, err, n);
+    if (!code && k) code = ivrun_all(c, e, jobs + 2, k, err, n);
     free(jobs);
     return code;
 }
@@ -311,8 +331,8 @@ static enum MHD_Result answer(struct api_conn *c, const struct patch *p)
     api_buf_puts(&b, "\"tokens\":{");
     put_toks(&b, "clean", p->clean, p->n);
     put_toks(&b, "corrupted", p->corr, p->n);
-    api_buf_printf(&b, "\"answer\":%d,\"distractor\":%d},\"runs\":%d,\"ms\":%.3f}", p->answer, p->distractor,
-                   2 + n_cells(p), p->ms);
+    api_buf_printf(&b, "\"answer\":%d,\"distractor\":%d},\"runs\":%d,\"skipped\":%d,\"ms\":%.3f}", p->answer,
+                   p->distractor, 2 + n_cells(p) - p->n_skipped, p->n_skipped, p->ms);
     size_t len = b.len;
     char *body = api_buf_take(&b);
     if (!body) return api_error(c, 503, "out of memory while writing the answer");

@@ -15,7 +15,9 @@
  *          "grid": [[...] per layer] (per position, or per head for z): (patched - corrupted) /
  *          (clean - corrupted), null when clean_diff == corrupted_diff,
  *          "patched_diff": same shape, the raw differences, "tokens": {"clean", "corrupted",
- *          "answer", "distractor"}, "runs", "ms"}
+ *          "answer", "distractor"}, "runs", "skipped", "ms"}
+ * A cell whose patch writes only positions before the first token where the prompts differ is not
+ * run: the activations there are the same in both runs, so it is the corrupted run (exactly 0).
  * At most API_PATCH_MAX_CELLS cells and API_PATCH_MAX_FLOATS floats of clean activations and patch
  * vectors (else 413). Errors are 400s naming the field. Not a public header. */
 #ifndef ATTND_API_PATCHING_H

@@ -4,7 +4,8 @@ llama forward pass with a patch hook added here): on the tiny F32 llama, for eve
 (resid_pre, resid_post, attn_out, mlp_out, z by layer x head) the clean and corrupted logit
 differences and every grid cell ((patched - corrupted) / (clean - corrupted), the corrupted run
 with the reference's own clean activation written in) agree within 1e-4; the patched runs go
-through the scheduler together (far fewer steps than runs); equal prompts give a grid of nulls;
+through the scheduler together (far fewer steps than runs), cells patching only positions before
+the prompts' first difference are not run and exactly 0; equal prompts give a grid of nulls;
 a one-token text names the answer or distractor; a client that leaves cancels the runs; a "patch" intervention on
 /v1/activations changes that site at that position only; bad bodies answer 400 naming the field."""
 import base64
@@ -117,10 +118,15 @@ def compare(d, site, layers=None, positions=None):
         for g, p, w in zip(gr, pr, rr):
             worst = max(worst, abs(p - w), abs(g - (w - corr) / (clean - corr)))
     c.check(worst <= TOL, f"{site}: max |attnd - reference| = {worst:.2e}")
-    runs = j["runs"]
-    c.check(runs == 2 + len(layers) * cols and n_steps * 2 <= runs, f"{site}: {runs} runs in {n_steps} steps")
+    runs, first = j["runs"], next(i for i, (a, b) in enumerate(zip(CLEAN, CORR)) if a != b)
+    noop = [p < first for p in positions] if site != "z" else [all(p < first for p in positions)] * cols
+    skipped = len(layers) * sum(noop)
+    c.check(j["skipped"] == skipped and runs == 2 + len(layers) * cols - skipped and n_steps * 2 <= runs + 2,
+            f"{site}: {runs} runs ({j['skipped']} cells not run, want {skipped}) in {n_steps} steps")
+    c.check(all(g == 0 for gr in j["grid"] for g, z in zip(gr, noop) if z), f"{site}: cells not run are exactly 0")
     print(f"test_patching: {site}: {len(layers)}x{cols} grid, clean {clean:.4f} corrupted {corr:.4f}, "
-          f"max |attnd - reference| = {worst:.2e}, {runs} runs in {n_steps} scheduler steps, {j['ms']:.1f} ms")
+          f"max |attnd - reference| = {worst:.2e}, {runs} runs ({skipped} cells before the first difference not "
+          f"run) in {n_steps} scheduler steps, {j['ms']:.1f} ms")
 
 
 def check_patch_kind(d):
@@ -200,6 +206,7 @@ try:
     compare(d, "mlp_out")
     compare(d, "resid_post", layers=[0])
     compare(d, "z", positions=[3, 9])
+    compare(d, "z", layers=[1], positions=[0, 2])
     check_patch_kind(d)
     same = d.post("/v1/patching", {"clean": CLEAN, "corrupted": CLEAN, "answer": ANSWER, "distractor": "the",
                                    "site": "mlp_out", "layers": [1]}).json()
