@@ -390,11 +390,16 @@ static void put_response(struct api_buf *b, const struct api_job *j, const struc
     api_buf_puts(b, o && !strcmp(status, "incomplete") ? "{\"reason\":\"max_output_tokens\"}" : "null");
     api_buf_printf(b, ",\"parallel_tool_calls\":%s,\"tool_choice\":\"auto\",\"tools\":[],"
                       "\"text\":{\"format\":{\"type\":\"text\"}},\"usage\":", j->tools_single ? "false" : "true");
-    if (!o) api_buf_puts(b, "null}");
-    else api_buf_printf(b,
-                        "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":%d,"
-                        "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d}}",
-                        j->prompt_tokens, ch->completion_tokens, j->prompt_tokens + ch->completion_tokens);
+    if (!o) {
+        api_buf_puts(b, "null}");
+        return;
+    }
+    api_buf_printf(b,
+                   "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":%d,"
+                   "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d",
+                   j->prompt_tokens, ch->completion_tokens, j->prompt_tokens + ch->completion_tokens);
+    if (j->n_interventions) api_buf_printf(b, ",\"interventions\":%d", j->n_interventions);
+    api_buf_puts(b, "}}");
 }
 
 static void whole(struct api_buf *b, const struct api_job *j)
