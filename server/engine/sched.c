@@ -1007,7 +1007,6 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     ko.events = s->o.kv_events;
     ko.disk = s->o.kv_disk;
     ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
-    if (ko.disk && ko.no_storage) log_warn("kv-disk: unused: with the Vulkan backend the K/V live on the device");
     if ((st = kv_create(&ko, &s->kv))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
@@ -1148,8 +1147,10 @@ static attnd_status enqueue(struct sched *s, struct req *q, uint64_t *id, char *
         snprintf(err, errlen, "out of memory");
     } else if (o->queued >= s->o.max_queued_per_owner) {
         st = ATTND_ERR_BUSY;
-        snprintf(err, errlen, "this client already has %d requests waiting (at most %d per client); retry later",
-                 o->queued, s->o.max_queued_per_owner);
+        snprintf(err, errlen,
+                 "this tenant (without keys: this client address) already has %d requests waiting, the most "
+                 "allowed (--max-queued-per-tenant); retry later",
+                 o->queued);
     }
     if (st) {
         pthread_mutex_unlock(&s->mu);
