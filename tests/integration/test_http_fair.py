@@ -150,6 +150,12 @@ def check_stalled(keyfile):
               f"(--stall-timeout-ms {STALL_MS})")
         c.check(cancelled, f"stalled streams cancelled after the stall timeout: "
                            f"{metric(d, 'attnd_stalled_cancels_total')}")
+        for s in socks:
+            s.close()
+        used = 'attnd_kv_cache_blocks{state="used"}'
+        idle = wait_for(lambda: metric(d, used) == 0 and metric(d, "attnd_requests_paused") == 0
+                        and metric(d, "attnd_queue_depth") == 0, timeout=15)
+        c.check(idle, f"clients gone: no KV block used ({metric(d, used)}), nothing paused or waiting")
     finally:
         for s in socks:
             s.close()
