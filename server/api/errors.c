@@ -24,6 +24,7 @@ static enum api_error_kind error_kind(int code)
     case 405: return API_ERROR_METHOD_NOT_ALLOWED;
     case 413: return API_ERROR_PAYLOAD_TOO_LARGE;
     case 501: return API_ERROR_INVALID_REQUEST; /* a transfer coding we do not implement: the client's choice */
+    case 429: /* a tenant's share of the queue is full: retry, as for a full queue */
     case 503: return API_ERROR_SERVICE_UNAVAILABLE;
     default: return code >= 400 && code < 500 ? API_ERROR_INVALID_REQUEST : API_ERROR_INTERNAL;
     }

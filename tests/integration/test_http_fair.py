@@ -211,12 +211,17 @@ def check_queue_limit(keyfile):
               ("--stall-timeout-ms", 60000), ("--stream-pause-kib", 16))
     socks = []
     try:
-        got = []
+        got, bodies = [], []
         for _ in range(8):  # 2 running (then paused), 2 waiting, the rest refused
             socks.append(open_stream(d, "A", LONG))
-            code, hdrs, _ = status_of(socks[-1])
+            code, hdrs, raw = status_of(socks[-1])
             got.append((code, hdrs.get("retry-after")))
+            if code == 429:
+                bodies.append(raw.split(b"\r\n\r\n", 1)[1])
             time.sleep(0.1)
+        err = json.loads(bodies[0])["error"] if bodies else {}
+        c.check(err.get("code") == 429 and err.get("type") == "service_unavailable"
+                and "--max-queued-per-tenant" in err.get("message", ""), f"the 429's error: {err}")
         ok = sum(1 for g in got if g[0] == 200)
         refused = sum(1 for g in got if g == (429, "1"))
         print(f"A's 8 streams with 2 running + 2 waiting allowed: {ok} accepted, {refused} refused with 429")
