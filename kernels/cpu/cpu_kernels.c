@@ -473,12 +473,14 @@ static const struct type_kernels g_kernels[TENSOR_TYPE_MAX] = {
                      {ref_gemm_bf16, cpu_avx2_gemm_bf16, cpu_avx512_gemm_bf16, cpu_avx512_gemm_bf16},
                      {NULL},
                      {panel_bf16, NULL, cpu_amx_gemm}},
-    /* no AVX2 panel: its sign trick cannot negate a Q8_0 weight of -128 */
+    /* no AVX2 panel: its sign trick cannot negate a Q8_0 weight of -128; no AVX2 small-batch GEMM:
+     * its sign trick costs as much as the row kernel (a 0.5B-shape decode step of 4 tokens 145 ms
+     * against 97, one thread; quants_avx2_batch still takes Q8_0) */
     [TENSOR_Q8_0] = {dequant_q8_0,
                      {ref_dot_q8_0, cpu_avx2_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0, cpu_avx512_vec_dot_q8_0},
                      {ref_gemm_q8_0, cpu_avx2_gemm_q8_0, cpu_avx512_gemm_q8_0, cpu_avx512_gemm_q8_0},
                      MV_Q8,
-                     {NULL, quants_avx512_gemm, cpu_amx_gemm, quants_avx2_batch, quants_avx512_batch}},
+                     {NULL, quants_avx512_gemm, cpu_amx_gemm, NULL, quants_avx512_batch}},
     [TENSOR_Q4_0] = {dequant_q4_0,
                      {ref_dot_q4_0, cpu_avx2_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0, cpu_avx512_vec_dot_q4_0},
                      {ref_gemm_q4_0, cpu_avx2_gemm_q4_0, cpu_avx512_gemm_q4_0, cpu_avx512_gemm_q4_0},

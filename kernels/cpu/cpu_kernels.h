@@ -120,8 +120,8 @@ enum cpu_variant {
                        f32 outer-product panels (F32, F16, BF16) */
     CPU_VAR_VNNI_PANEL, /* the int8 panel GEMM on AVX-512 VNNI (vpdpbusd), 2+ tokens: those int8 types and Q8_0 */
     CPU_VAR_AMX,        /* AMX tiles, 2+ tokens: int8 (Q8_0, Q4_0, Q4_1, Q5_x, IQ4_x, Q4_K, Q5_K) and bf16 (F16, BF16) */
-    CPU_VAR_AVX2_BATCH, /* the small-batch GEMM (batch family only), AVX2: Q8_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K */
-    CPU_VAR_VNNI_BATCH, /* the same on AVX-512 VNNI */
+    CPU_VAR_AVX2_BATCH, /* the small-batch GEMM (batch family only), AVX2: Q4_0, Q4_1, Q5_1, Q4_K, Q5_K */
+    CPU_VAR_VNNI_BATCH, /* the same on AVX-512 VNNI, and Q8_0 */
     CPU_N_VARIANTS
 };
 enum cpu_family cpu_family_of(size_t n_tok);

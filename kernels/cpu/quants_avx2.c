@@ -1242,6 +1242,9 @@ int QS(gemm)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0,
 #ifndef BK_PF_ROWS
 #define BK_PF_ROWS BK_R /* how far ahead the tile prefetches: the next tile */
 #endif
+/* ... and the unpacking, in bytes (rows lie one after another): with both, a decode step's matrices
+ * of the 0.5B shape, Q8_0, one thread, 8 tokens: 87 -> 66-73 ms (a token alone: 33-38 ms) */
+#define BK_AHEAD 4096
 #ifdef QUANTS_VNNI
 #define BK_VB 64 /* bytes per vector */
 #else
@@ -1273,17 +1276,19 @@ enum bk_kind { BK_S8, BK_U4, BK_MIN4, BK_MIN5 };
 
 /* The weights a tile prefetches while it computes, spread over its blocks (so the memory works while
  * the multipliers do; all at once, they waited on the unpacking for a third of the time): block b
- * of rows p, p + wrb, .. (BK_R of them), bb bytes per block of 32; p NULL: none. */
+ * of rows p, p + wrb, .. (rows of them, at most BK_R), bb bytes per block of 32; p NULL: none. */
 struct bk_pf {
     const unsigned char *p;
     size_t wrb, bb;
+    int rows;
 };
 
 static inline void bk_prefetch(const struct bk_pf *pf, size_t b)
 {
     if (!pf->p) return;
 #pragma GCC unroll 4
-    for (int ri = 0; ri < BK_R; ri++) _mm_prefetch((const char *)(pf->p + (size_t)ri * pf->wrb + b * pf->bb), _MM_HINT_T0);
+    for (int ri = 0; ri < BK_R; ri++)
+        if (ri < pf->rows) _mm_prefetch((const char *)(pf->p + (size_t)ri * pf->wrb + b * pf->bb), _MM_HINT_T0);
 }
 
 static int bk_kind_of(enum tensor_type t)
@@ -1344,11 +1349,15 @@ static void bk_pack(int off, int q8k, int need_sum, int G, const unsigned char *
             }
 }
 
-/* The min types' R rows: the panel GEMM's unpacking. */
+/* The min types' R rows: the panel GEMM's unpacking (the bytes BK_AHEAD on prefetched first). */
 static void bk_unpack_min(enum tensor_type t, const unsigned char *w0, size_t wrb, int R, size_t b0, size_t nb,
                           struct bk_rows *W)
 {
+    const size_t cb = tensor_block_bytes(t) * nb * 32 / tensor_block_elems(t);
+    const size_t co = tensor_block_bytes(t) * b0 * 32 / tensor_block_elems(t);
     for (int ri = 0; ri < R; ri++) {
+        const unsigned char *row = w0 + (size_t)ri * wrb + co;
+        for (size_t i = 0; i < cb; i += 64) _mm_prefetch((const char *)(row + BK_AHEAD + i), _MM_HINT_T0);
         pg_unpack_s32(t, w0 + (size_t)ri * wrb, b0, nb, (int8_t *)(void *)W->q[ri][0], W->s[ri], W->m[ri]);
     }
 }
@@ -1368,6 +1377,7 @@ static void bk_unpack(enum tensor_type t, const unsigned char *w0, size_t wrb, i
         const unsigned char *row = w0 + (size_t)ri * wrb + b0 * bb;
         for (size_t b = 0; b < nb; b++) {
             const unsigned char *pw = row + b * bb;
+            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(pw + BK_AHEAD + o), _MM_HINT_T0);
             memcpy(&W->h[ri][b], pw, 2);
             if (q4) {
                 const __m128i raw = loadu128(pw + 2);
@@ -1571,8 +1581,10 @@ int QS(batch)(enum tensor_type t, size_t n, const void *w, size_t wrb, size_t r0
                 for (size_t g = 0; g < ng; g++) {
                     bk_vf out[BK_R];
                     _Alignas(64) float l[BK_LANES];
-                    /* the next tile's rows, this chunk, during the first group */
-                    const struct bk_pf pf = {g ? NULL : pw + (r + BK_PF_ROWS) * wrb + b0 * bpb, wrb, bpb};
+                    /* the next tile's rows of [r0, r1), this chunk, during the first group */
+                    const size_t rn = r + BK_PF_ROWS;
+                    const struct bk_pf pf = {g || rn >= r1 ? NULL : pw + rn * wrb + b0 * bpb, wrb, bpb,
+                                             r1 - rn < BK_R ? (int)(r1 - rn) : BK_R};
                     bk_tile_rt(R, G, kind, nbc, &rows, &acts, g, &pf, out);
                     const size_t lt = nt - g * T < T ? nt - g * T : T;
                     for (int ri = 0; ri < R; ri++) {
