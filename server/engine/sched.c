@@ -1007,6 +1007,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     ko.events = s->o.kv_events;
     ko.disk = s->o.kv_disk;
     ko.no_storage = strcmp(fwd_backend_name(s->fwd), "vulkan") == 0; /* the K/V live on the device */
+    if (ko.disk && ko.no_storage) log_warn("kv-disk: unused: with the Vulkan backend the K/V live on the device");
     if ((st = kv_create(&ko, &s->kv))) goto fail;
     s->o.n_threads = fwd_n_threads(s->fwd);
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
