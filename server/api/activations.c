@@ -15,6 +15,7 @@
 #include "server/api/buf.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/job.h"
 #include "server/api/sse.h"
 
 #define WAIT_SLICE_MS 200 /* how often the waiting connection checks its socket */
@@ -195,7 +196,8 @@ static void on_event(void *ud, const struct sched_event *ev)
 static int run(struct api_conn *c, struct api_engine *e, struct act *a, char *err, size_t n)
 {
     struct sched_request req = {.prompt = a->prompt, .n_prompt = a->n_prompt, .max_tokens = 0,
-                                .sampling = sampler_params_default(), .iv = a->iv};
+                                .sampling = sampler_params_default(), .iv = a->iv,
+                                .owner = job_owner(c)}; /* takes turns with the caller's other requests */
     struct sched *s = e->sched;
     uint64_t id = 0;
     attnd_status st = sched_submit(s, &req, on_event, a, &id, err, n);
