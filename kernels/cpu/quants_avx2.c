@@ -1415,9 +1415,11 @@ static inline __attribute__((always_inline)) void bk_tile(int R, int G, int mn, 
         bk_prefetch(pf, b);
         const __m512 sab = _mm512_load_ps(A->sa[g][b]);
         const __m512i ib = _mm512_load_si512((const void *)A->init[g][b]);
-        __m512i x[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 32 / G; c++) x[c] = _mm512_load_si512((const void *)(A->x[g][b] + 64 * c));
+        __m512i x[4] = {_mm512_load_si512((const void *)A->x[g][b]), _mm512_load_si512((const void *)(A->x[g][b] + 64))};
+        if (G == 8) {
+            x[2] = _mm512_load_si512((const void *)(A->x[g][b] + 128));
+            x[3] = _mm512_load_si512((const void *)(A->x[g][b] + 192));
+        }
 #pragma GCC unroll 4
         for (int ri = 0; ri < R; ri++) {
             const uint8_t *q = W->q[ri][b];
