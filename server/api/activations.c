@@ -2,6 +2,7 @@
 #include "server/api/activations.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,24 +51,12 @@ struct act {
     char msg[256];
 };
 
-#define SEEN(f) \
-    static int read_##f(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen) \
-    {                                                                                           \
-        ((struct act_req *)x->dst)->f = it;                                                     \
-        return 0;                                                                               \
-    }
-SEEN(prompt)
-SEEN(sites)
-SEEN(positions)
-SEEN(encoding)
-SEEN(interventions)
-
 static const struct api_field act_fields[] = {
-    {"prompt", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_prompt},
-    {"sites", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_sites},
-    {"positions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_positions},
-    {"encoding", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_encoding},
-    {"interventions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_interventions},
+    {"prompt", FIELD_JSON, offsetof(struct act_req, prompt), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"sites", FIELD_JSON, offsetof(struct act_req, sites), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"positions", FIELD_JSON, offsetof(struct act_req, positions), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"encoding", FIELD_JSON, offsetof(struct act_req, encoding), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"interventions", FIELD_JSON, offsetof(struct act_req, interventions), 0, 0, FIELD_NO_GIVEN, NULL},
     {"model", FIELD_STRING, 0, 0, 0, FIELD_NO_GIVEN, NULL},
     FIELD_END,
 };

@@ -236,6 +236,9 @@ static int read_value(const struct api_field *f, const struct api_field_ctx *x, 
         return 0;
     case FIELD_IGNORED:
         return 0;
+    case FIELD_JSON:
+        *(const cJSON **)dst = it;
+        return 0;
     case FIELD_CUSTOM:
         return f->read(x, it, err, errlen);
     }

@@ -23,6 +23,7 @@ enum api_field_type {
     FIELD_BOOL,    /* true or false into the bool at off */
     FIELD_STRING,  /* any string; nothing stored */
     FIELD_IGNORED, /* accepted, any value, changes nothing in the answer */
+    FIELD_JSON,    /* any value: its cJSON node (const cJSON *) stored at off, for the route to read later */
     FIELD_CUSTOM,  /* read by read() */
 };
 

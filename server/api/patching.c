@@ -2,6 +2,7 @@
 #include "server/api/patching.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,30 +38,15 @@ struct patch {
     double ms;
 };
 
-#define SEEN(f) \
-    static int read_##f(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen) \
-    {                                                                                           \
-        ((struct patch_req *)x->dst)->f = it;                                                   \
-        return 0;                                                                               \
-    }
-SEEN(clean)
-SEEN(corrupted)
-SEEN(answer)
-SEEN(distractor)
-SEEN(site)
-SEEN(layers)
-SEEN(positions)
-SEEN(heads)
-
 static const struct api_field patch_fields[] = {
-    {"clean", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_clean},
-    {"corrupted", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_corrupted},
-    {"answer", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_answer},
-    {"distractor", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_distractor},
-    {"site", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_site},
-    {"layers", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_layers},
-    {"positions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_positions},
-    {"heads", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_heads},
+    {"clean", FIELD_JSON, offsetof(struct patch_req, clean), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"corrupted", FIELD_JSON, offsetof(struct patch_req, corrupted), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"answer", FIELD_JSON, offsetof(struct patch_req, answer), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"distractor", FIELD_JSON, offsetof(struct patch_req, distractor), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"site", FIELD_JSON, offsetof(struct patch_req, site), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"layers", FIELD_JSON, offsetof(struct patch_req, layers), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"positions", FIELD_JSON, offsetof(struct patch_req, positions), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"heads", FIELD_JSON, offsetof(struct patch_req, heads), 0, 0, FIELD_NO_GIVEN, NULL},
     {"model", FIELD_STRING, 0, 0, 0, FIELD_NO_GIVEN, NULL},
     FIELD_END,
 };
