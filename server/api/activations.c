@@ -17,6 +17,7 @@
 #include "server/api/errors.h"
 #include "server/api/fields.h"
 #include "server/api/job.h"
+#include "server/api/reply.h"
 #include "server/api/sse.h"
 
 #define WAIT_SLICE_MS 200 /* how often the waiting connection checks its socket */
@@ -273,10 +274,7 @@ static enum MHD_Result answer(struct api_conn *c, const struct act *a)
         put_site(&b, a, &a->sites[i]);
     }
     api_buf_puts(&b, "]}");
-    size_t len = b.len;
-    char *body = api_buf_take(&b);
-    if (!body) return api_error(c, 503, "out of memory while writing the answer");
-    return api_respond(c, 200, "application/json", body, len, NULL);
+    return api_respond_buf(c, &b);
 }
 
 enum MHD_Result api_activations(struct api_conn *c)

@@ -16,6 +16,7 @@
 #include "server/api/fields.h"
 #include "server/api/ivrun.h"
 #include "server/api/oai_common.h"
+#include "server/api/reply.h"
 
 struct emb_req {
     const cJSON *input, *encoding, *dimensions;
@@ -224,10 +225,7 @@ static enum MHD_Result answer(struct api_conn *c, const struct emb *m, const cha
     api_buf_puts(&b, "],\"model\":");
     api_buf_json_str(&b, model, strlen(model));
     api_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}", m->n_tokens, m->n_tokens);
-    size_t len = b.len;
-    char *body = api_buf_take(&b);
-    if (!body) return oai_error(c, 503, NULL, NULL, "out of memory while writing the answer");
-    return api_respond(c, 200, "application/json", body, len, NULL);
+    return api_respond_buf(c, &b);
 }
 
 /* Runs every input's prompt pass together (releases the engine). Returns 0 or an HTTP status. */

@@ -16,6 +16,7 @@
 #include "attnd/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/metrics.h"
+#include "server/api/reply.h"
 #include "server/api/tenant.h"
 
 #define WAIT_SLICE_MS 200 /* how often a waiting connection checks its socket */
@@ -287,10 +288,7 @@ static enum MHD_Result answer_whole(struct api_conn *c, struct api_job *j)
     if (j->oom) return j->render->error(c, 503, NULL, "out of memory while collecting the answer");
     struct api_buf b = {0};
     j->render->whole(&b, j);
-    size_t len = b.len;
-    char *body = api_buf_take(&b);
-    if (!body) return j->render->error(c, 503, NULL, "out of memory while writing the answer");
-    return api_respond(c, 200, "application/json", body, len, NULL);
+    return api_respond_buf(c, &b);
 }
 
 /* ==============================================================================================

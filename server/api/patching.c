@@ -15,6 +15,7 @@
 #include "server/api/errors.h"
 #include "server/api/fields.h"
 #include "server/api/ivrun.h"
+#include "server/api/reply.h"
 
 struct patch_req {
     const cJSON *clean, *corrupted, *answer, *distractor, *site, *layers, *positions, *heads;
@@ -319,10 +320,7 @@ static enum MHD_Result answer(struct api_conn *c, const struct patch *p)
     put_toks(&b, "corrupted", p->corr, p->n);
     api_buf_printf(&b, "\"answer\":%d,\"distractor\":%d},\"runs\":%d,\"skipped\":%d,\"ms\":%.3f}", p->answer,
                    p->distractor, 2 + n_cells(p) - p->n_skipped, p->n_skipped, p->ms);
-    size_t len = b.len;
-    char *body = api_buf_take(&b);
-    if (!body) return api_error(c, 503, "out of memory while writing the answer");
-    return api_respond(c, 200, "application/json", body, len, NULL);
+    return api_respond_buf(c, &b);
 }
 
 enum MHD_Result api_patching(struct api_conn *c)

@@ -23,3 +23,11 @@ enum MHD_Result api_respond_json(struct api_conn *c, int code, cJSON *obj)
     body[len] = 0;
     return api_respond(c, code, "application/json", body, len, NULL);
 }
+
+enum MHD_Result api_respond_buf(struct api_conn *c, struct api_buf *b)
+{
+    size_t len = b->len;
+    char *body = api_buf_take(b);
+    if (!body) return api_error_retry(c, 503, "out of memory while writing the answer");
+    return api_respond(c, 200, "application/json", body, len, NULL);
+}
