@@ -10,62 +10,14 @@
 # Exit 0 pass, 1 fail, 77 skip (no Node.js >= 20).
 set -euo pipefail
 
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-ATTND=$(abs "${ATTND:-$root/build/release/attnd}")
-SHARED=$(abs "${SHARED:-$root/../shared}")
-cd "$root"
-
-if [ ! -x "$ATTND" ]; then
-  echo "test_frameworks: no attnd binary at $ATTND (build it, or set ATTND=...)" >&2
-  exit 1
-fi
+# shellcheck source=tests/integration/node_common.sh
+. "$(dirname "$0")/node_common.sh"
+nt_init test_frameworks
 model="$SHARED/models/tiny-qwen2-f32.gguf"
-if [ ! -f "$model" ]; then
-  echo "test_frameworks: missing test model $model (set SHARED=...)" >&2
-  exit 1
-fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "skip: node and npm are needed for LangChain JS and the AI SDK"
-  exit 77
-fi
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 20 ]; then
-  echo "skip: @langchain/openai needs Node.js >= 20 (found $(node --version))"
-  exit 77
-fi
-if [ ! -d tests/frameworks/node_modules/@langchain/openai ] || [ ! -d tests/frameworks/node_modules/@ai-sdk/openai ]; then
-  (cd tests/frameworks && npm ci --no-audit --no-fund --loglevel=error)
-fi
-
-# the daemon: port 0, the address it prints on stderr
-log=$(mktemp)
-pid=
-# shellcheck disable=SC2317  # run by the trap
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -f "$log"
-}
-trap cleanup EXIT
-"$ATTND" serve -m "$model" --host 127.0.0.1 --port 0 --threads 2 --keep-requests 64 >/dev/null 2>"$log" &
-pid=$!
-port=
-for _ in $(seq 300); do
-  port=$(sed -n 's|.*listening on http://[^ ]*:\([0-9][0-9]*\).*|\1|p' "$log" | head -n1)
-  [ -n "$port" ] && break
-  if ! kill -0 "$pid" 2>/dev/null; then break; fi
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "test_frameworks: attnd printed no address:" >&2
-  cat "$log" >&2
-  exit 1
-fi
-base="http://127.0.0.1:$port"
-for _ in $(seq 300); do
-  [ "$(node -e 'fetch(process.argv[1]).then(r=>console.log(r.status),()=>console.log(0))' "$base/health")" = 200 ] && break
-  sleep 0.1
-done
+nt_need_model "$model"
+nt_need_node "LangChain JS and the AI SDK (@langchain/openai)"
+nt_npm tests/frameworks @langchain/openai @ai-sdk/openai
+nt_serve "$model" --threads 2 --keep-requests 64
 
 rc=0
 for t in test_langchain test_aisdk; do
@@ -74,9 +26,5 @@ for t in test_langchain test_aisdk; do
     rc=1
   fi
 done
-if ! kill -0 "$pid" 2>/dev/null; then
-  echo "test_frameworks: attnd died during the tests:" >&2
-  cat "$log" >&2
-  rc=1
-fi
+nt_alive || rc=1
 exit $rc

@@ -8,29 +8,11 @@
 # Exit 0 pass, 1 fail, 77 skip (no Node.js >= 20).
 set -euo pipefail
 
-# resolve relative paths before moving to the repository root
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-ATTND=$(abs "${ATTND:-$root/build/release/attnd}")
-SHARED=$(abs "${SHARED:-$root/../shared}")
-cd "$root"
-
-if [ ! -x "$ATTND" ]; then
-  echo "test_gguf_js: no attnd binary at $ATTND (build it, or set ATTND=...)" >&2
-  exit 1
-fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "skip: node and npm are needed for the independent GGUF parser"
-  exit 77
-fi
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 20 ]; then
-  echo "skip: @huggingface/gguf needs Node.js >= 20 (found $(node --version))"
-  exit 77
-fi
-if [ ! -d tests/js/node_modules/@huggingface/gguf ]; then
-  (cd tests/js && npm ci --no-audit --no-fund)
-fi
+# shellcheck source=tests/integration/node_common.sh
+. "$(dirname "$0")/node_common.sh"
+nt_init test_gguf_js
+nt_need_node "the independent GGUF parser (@huggingface/gguf)"
+nt_npm tests/js @huggingface/gguf
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

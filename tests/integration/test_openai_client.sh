@@ -8,31 +8,11 @@
 # Exit 0 pass, 1 fail, 77 skip (no Node.js >= 20).
 set -euo pipefail
 
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-ATTND=$(abs "${ATTND:-$root/build/release/attnd}")
-SHARED=$(abs "${SHARED:-$root/../shared}")
-cd "$root"
-
-if [ ! -x "$ATTND" ]; then
-  echo "test_openai_client: no attnd binary at $ATTND (build it, or set ATTND=...)" >&2
-  exit 1
-fi
+# shellcheck source=tests/integration/node_common.sh
+. "$(dirname "$0")/node_common.sh"
+nt_init test_openai_client
 model="$SHARED/models/tiny-qwen2-f32.gguf"
-if [ ! -f "$model" ]; then
-  echo "test_openai_client: missing test model $model (set SHARED=...)" >&2
-  exit 1
-fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "skip: node and npm are needed for the official OpenAI client"
-  exit 77
-fi
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 20 ]; then
-  echo "skip: the openai package needs Node.js >= 20 (found $(node --version))"
-  exit 77
-fi
-if [ ! -d tests/openai/node_modules/openai ]; then
-  (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error)
-fi
+nt_need_model "$model"
+nt_need_node "the official OpenAI client (the openai package)"
+nt_npm tests/openai openai
 exec node tests/openai/test_openai.mjs "$ATTND" "$model"
