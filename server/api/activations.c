@@ -279,14 +279,11 @@ static enum MHD_Result answer(struct api_conn *c, const struct act *a)
 
 enum MHD_Result api_activations(struct api_conn *c)
 {
-    char err[512] = "";
-    cJSON *root = api_json_body(c, err, sizeof err);
-    if (!root) return api_error(c, 400, "%s", err);
+    enum MHD_Result ret;
     struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
-    }
+    cJSON *root = api_begin(c, &e, &ret);
+    if (!root) return ret;
+    char err[512] = "";
     struct act a = {0};
     pthread_mutex_init(&a.mu, NULL);
     check_cond_init(&a.cv); /* waited on with api_wait_ms() */
@@ -300,7 +297,7 @@ enum MHD_Result api_activations(struct api_conn *c)
     if (code) api_engine_release(c->srv);
     else code = run(c, &e, &a, err, sizeof err); /* releases the engine */
     cJSON_Delete(root);
-    enum MHD_Result ret = code == 499 ? MHD_NO : code ? api_error_retry(c, code, "%s", err) : answer(c, &a);
+    ret = code == 499 ? MHD_NO : code ? api_error_retry(c, code, "%s", err) : answer(c, &a);
     act_free(&a);
     return ret;
 }

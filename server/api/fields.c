@@ -342,3 +342,19 @@ cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen)
         }
     return root;
 }
+
+cJSON *api_begin(struct api_conn *c, struct api_engine *e, enum MHD_Result *ret)
+{
+    char err[512] = "";
+    cJSON *root = api_json_body(c, err, sizeof err);
+    if (!root) {
+        *ret = api_error(c, 400, "%s", err);
+        return NULL;
+    }
+    if (!api_engine_acquire(c->srv, e)) {
+        cJSON_Delete(root);
+        *ret = api_error_retry(c, 503, "no model is loaded");
+        return NULL;
+    }
+    return root;
+}

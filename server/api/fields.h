@@ -69,6 +69,11 @@ int api_fields_read(const struct api_field *const *tables, const struct api_fiel
  * more values than any valid body holds are refused before cJSON builds anything. */
 struct cJSON *api_json_body(const struct api_conn *c, char *err, size_t errlen);
 
+/* The opening of a route that takes a JSON body and runs on the model (/v1/generate, /v1/activations,
+ * /v1/patching; the OpenAI routes have oai_begin for their error shape): the body's tree, with the
+ * engine held (api_engine_release when done), or NULL with the 400 (body) or 503 (no model) in *ret. */
+struct cJSON *api_begin(struct api_conn *c, struct api_engine *e, enum MHD_Result *ret);
+
 /* True if it is an integer-valued JSON number in [lo, hi]; *out receives it. */
 bool api_json_int(const struct cJSON *it, double lo, double hi, double *out);
 

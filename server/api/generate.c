@@ -30,6 +30,7 @@ static void put_usage_timings(struct api_buf *b, const struct job_choice *c)
     api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", c->prompt_tokens,
                    c->completion_tokens, c->prompt_tokens + c->completion_tokens);
     if (c->job->n_interventions) api_buf_printf(b, ",\"interventions\":%d", c->job->n_interventions);
+    api_buf_printf(b, ",\"drafted_tokens\":%d,\"accepted_tokens\":%d", c->drafted_tokens, c->accepted_tokens);
     api_buf_puts(b, "},");
     api_buf_printf(b,
                    "\"timings\":{\"queue_ms\":%.3f,\"prompt_ms\":%.3f,\"generation_ms\":%.3f,"
@@ -199,14 +200,11 @@ static int parse_body(struct api_conn *c, const struct api_engine *e, cJSON *roo
 enum MHD_Result api_generate(struct api_conn *c)
 {
     struct http_server *srv = c->srv;
-    char err[512] = "";
-    cJSON *root = api_json_body(c, err, sizeof err);
-    if (!root) return api_error(c, 400, "%s", err);
+    enum MHD_Result ret;
     struct api_engine e;
-    if (!api_engine_acquire(srv, &e)) {
-        cJSON_Delete(root);
-        return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
-    }
+    cJSON *root = api_begin(c, &e, &ret);
+    if (!root) return ret;
+    char err[512] = "";
     struct job_params p;
     job_params_init(&p);
     int code = parse_body(c, &e, root, &p, err, sizeof err);
@@ -216,7 +214,7 @@ enum MHD_Result api_generate(struct api_conn *c)
         job_params_free(&p);
         return api_error_retry(c, code, "%s", err);
     }
-    enum MHD_Result ret = job_run(c, &e, &p, &gen_render); /* releases the engine */
+    ret = job_run(c, &e, &p, &gen_render); /* releases the engine */
     cJSON_Delete(root); /* it held the stop strings until then */
     return ret;
 }

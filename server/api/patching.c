@@ -325,14 +325,11 @@ static enum MHD_Result answer(struct api_conn *c, const struct patch *p)
 
 enum MHD_Result api_patching(struct api_conn *c)
 {
-    char err[512] = "";
-    cJSON *root = api_json_body(c, err, sizeof err);
-    if (!root) return api_error(c, 400, "%s", err);
+    enum MHD_Result ret;
     struct api_engine e;
-    if (!api_engine_acquire(c->srv, &e)) {
-        cJSON_Delete(root);
-        return api_error_hdr(c, 503, "Retry-After", "1", "no model is loaded");
-    }
+    cJSON *root = api_begin(c, &e, &ret);
+    if (!root) return ret;
+    char err[512] = "";
     const double t0 = api_now();
     struct patch p = {.hp = e.model->hp};
     struct patch_req q = {0};
@@ -345,7 +342,7 @@ enum MHD_Result api_patching(struct api_conn *c)
     else code = run(c, &e, &p, err, sizeof err); /* releases the engine */
     p.ms = (api_now() - t0) * 1e3;
     cJSON_Delete(root);
-    enum MHD_Result ret = code == 499 ? MHD_NO : code ? api_error_retry(c, code, "%s", err) : answer(c, &p);
+    ret = code == 499 ? MHD_NO : code ? api_error_retry(c, code, "%s", err) : answer(c, &p);
     patch_free(&p);
     return ret;
 }

@@ -27,38 +27,15 @@ import tempfile
 import time
 
 from attnd_daemon import Checker, Daemon, model
+from block_hash import chain
 
 c = Checker("test_kv_disk")
-MASK = (1 << 64) - 1
-ROOT = 0x6A09E667F3BCC908
-BLOCK = 16
 BIG = os.environ.get("KV_DISK_BIG_MODEL", "build/models/qwen2.5-0.5b-shape-q8_0.gguf")
 
 
-# ---- the documented block hash (docs/GATEWAY.md), which names the files -------------------------
-def mix64(x):
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & MASK
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & MASK
-    x ^= x >> 31
-    return x
-
-
-def block_hash(parent, tokens):
-    h = mix64(parent ^ 0x243F6A8885A308D3)
-    for i in range(0, BLOCK, 2):  # two token ids per 64-bit word
-        w = (tokens[i] & 0xFFFFFFFF) | ((tokens[i + 1] & 0xFFFFFFFF) << 32)
-        h = (mix64(h ^ ((w * 0x9E3779B97F4A7C15) & MASK)) + 0x632BE59BD9B4E019) & MASK
-    return mix64(h ^ BLOCK)
-
-
+# ---- the files the documented block hash names -------------------------------------------------
 def chain_files(ids):
-    out, h = [], ROOT
-    for b in range(len(ids) // BLOCK):
-        h = block_hash(h, ids[b * BLOCK:(b + 1) * BLOCK])
-        out.append(f"{h:016x}.kvb")
-    return out
+    return [f"{h:016x}.kvb" for h in chain(ids)]
 
 
 def ask(d, ids, n=8):
