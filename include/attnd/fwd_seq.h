@@ -18,6 +18,10 @@ struct fwd_seq {
     int n;
     float *logits;         /* NULL, or n_vocab floats for the last token (n * n_vocab if all_logits) */
     bool all_logits;
+    int n_draft;           /* 0, or the last n_draft tokens are speculative (drafted, 0..n-1): their K/V
+                              is written but not committed, so no block holding one enters the prefix
+                              cache; the caller commits what the model accepts and rolls the rest back
+                              (kv_seq_commit, kv_seq_truncate) */
     struct iv_set *iv;     /* NULL, or the request's interventions (intervene.h), applied to this
                               sequence's rows only (the CPU backend; the scheduler keeps them off
                               others) */

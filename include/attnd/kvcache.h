@@ -190,6 +190,13 @@ size_t kv_seq_blocks_needed(const struct kv_seq *s, size_t n);
  * length is a no-op. Returns ATTND_ERR_RANGE (nothing changes) if n_computed > length. */
 attnd_status kv_seq_commit(struct kv_seq *s, size_t n_computed);
 
+/* Rolls the sequence back to its first n_tokens tokens (speculative decoding: the K/V of drafted
+ * tokens the model did not accept). The positions dropped must be uncommitted: n_tokens in
+ * [kv_seq_n_computed(s), kv_seq_len(s)], else ATTND_ERR_RANGE and nothing changes. Blocks past
+ * the new length (allocated by this sequence, never in the prefix cache) go back to the free list;
+ * the last block's slots past it hold stale data. */
+attnd_status kv_seq_truncate(struct kv_seq *s, size_t n_tokens);
+
 /* Writes one token's K and V (f32, layout [n_head_kv][head_dim], converted to the cache type)
  * at position pos of the sequence, for one layer. pos must be in [committed length, length)
  * and layer in [0, n_layer), and the cache must have storage: anything else is a caller bug

@@ -58,6 +58,11 @@ struct sched_opts {
                                   ATTND_ERR_BUSY (0: max_queue) */
     int stall_timeout_ms;      /* a paused request neither resumed nor paused again for this long
                                   is cancelled (0: 30000) */
+    int speculative;           /* enum spec_mode (spec.h): SPEC_OFF (0) or SPEC_LOOKUP, the drafter of
+                                  requests that do not choose (sched_request.speculative) */
+    int spec_max_seqs;         /* speculation runs in steps of at most this many decoding requests
+                                  (more: the step is compute-bound, drafts would cost more than they
+                                  save) (0: 4) */
 };
 
 /* One generation request. sched_submit() copies everything it needs. */
@@ -78,6 +83,8 @@ struct sched_request {
                                    gbnf_parse / jsg_compile), retained until the request ends */
     uint64_t owner;             /* who asked (any key: a tenant, a client address): the unit of turns
                                    and of the per-owner limits of sched_opts */
+    int speculative;            /* 0: sched_opts.speculative; 1: prompt lookup; -1: none. Lossless
+                                   (the output is the same as without); never with interventions */
 };
 
 enum sched_event_kind { SCHED_EV_TOKEN = 0, SCHED_EV_DONE = 1, SCHED_EV_ERROR = 2 };
@@ -102,6 +109,8 @@ struct sched_event {
     size_t final_text_len;
     int prompt_tokens, completion_tokens;
     double queue_ms, prompt_ms, generation_ms;
+    int drafted_tokens, accepted_tokens; /* speculative decoding: tokens drafted and verified, and
+                                            of those accepted (each saved a step) */
     /* SCHED_EV_ERROR (ATTND_ERR_NUMERIC: NaN/Inf logits, the model is broken) */
     attnd_status status;
     const char *message;
@@ -155,6 +164,8 @@ struct sched_stats {
     uint64_t steps, batch_tokens_total;
     uint64_t last_batch_tokens, last_batch_seqs;
     uint64_t kv_events_dropped; /* KV-cache event records dropped on a full queue (kvevents.h) */
+    uint64_t spec_drafted, spec_accepted; /* speculative decoding: tokens drafted, and accepted */
+    uint64_t spec_steps;        /* verification steps (a sequence's step that checked a draft) */
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* The compute backend in use ("cpu" or "vulkan") and its device's name. Thread-safe. */

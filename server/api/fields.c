@@ -154,6 +154,15 @@ static int read_grammar(const struct api_field_ctx *x, const cJSON *it, char *er
     return 0;
 }
 
+/* "speculative": true / false, the request's choice over the server's --speculative (sched.h). */
+static int read_speculative(const struct api_field_ctx *x, const cJSON *it, char *err, size_t errlen)
+{
+    struct job_params *p = x->dst;
+    if (!cJSON_IsBool(it)) return snprintf(err, errlen, "'speculative' must be true or false"), 400;
+    p->req.speculative = cJSON_IsTrue(it) ? 1 : -1;
+    return 0;
+}
+
 /* ==============================================================================================
  * The tables
  * ============================================================================================== */
@@ -174,6 +183,7 @@ const struct api_field api_sampling_fields[] = {
     {"seed", FIELD_U53, SP(seed), 0, MAX_SEED, JP(seed_given), NULL},
     {"stop", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_stop},
     {"ignore_eos", FIELD_BOOL, JP(req.ignore_eos), 0, 0, FIELD_NO_GIVEN, NULL},
+    {"speculative", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_speculative},
     {"grammar", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_grammar},
     {"interventions", FIELD_CUSTOM, 0, 0, 0, FIELD_NO_GIVEN, read_interventions},
     FIELD_END,

@@ -144,6 +144,8 @@ static void on_last(struct api_job *j, struct job_choice *c, const struct sched_
     c->prompt_ms = ev->prompt_ms;
     c->generation_ms = ev->generation_ms;
     api_buf_put(&c->text, ev->final_text, ev->final_text_len);
+    c->drafted_tokens = ev->drafted_tokens;
+    c->accepted_tokens = ev->accepted_tokens;
     if (!j->stream || j->closed) return;
     j->render->stream_choice_end(j, c, ev);
     if (j->n_done == j->n_choices) {

@@ -93,6 +93,7 @@ struct job_choice {
     double queue_ms, prompt_ms, generation_ms;
     double t_last_token;
     bool got_first;
+    int drafted_tokens, accepted_tokens; /* speculative decoding (sched_event) */
 };
 
 struct api_job;

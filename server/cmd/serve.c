@@ -23,6 +23,7 @@
 #include "attnd/log.h"
 #include "attnd/model.h"
 #include "attnd/sched.h"
+#include "attnd/spec.h"
 #include "attnd/tensor.h"
 #include "attnd/tokenizer.h"
 #include "attnd/forward.h"
@@ -85,6 +86,7 @@ struct serve_args {
     size_t kv_disk_bytes; /* --kv-disk-bytes */
 };
 
+static const struct cli_choice g_spec_modes[] = {{"off", SPEC_OFF}, {"lookup", SPEC_LOOKUP}, {NULL, 0}};
 static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENSOR_F16}, {NULL, 0}};
 
 /* The fair-scheduling and back-pressure rows of serve's option table (issue 38). */
@@ -99,6 +101,12 @@ static const struct cli_choice g_kv_types[] = {{"f32", TENSOR_F32}, {"f16", TENS
                  "(default 30000)"), CLI_RANGE(1, 3600 * 1000)}, \
         {CLI_OPT("--max-request-work", NULL, CLI_LONG, (work), "N", "largest max_tokens x choices x (1 + logprobs alternatives) of\n" \
                  "one completion request (default 131072; bigger: 400)"), CLI_RANGE(1, 1L << 40)}
+
+/* The speculative-decoding rows of serve's option table (issue 36). */
+#define SERVE_SPEC_OPTS(so) \
+        {CLI_OPT("--speculative", NULL, CLI_CHOICE, &(so)->speculative, "off|lookup", "speculative decoding of requests that do not choose (their\n" \
+                 "\"speculative\" field): lookup drafts from the prompt's n-grams (default off)"), .choices = g_spec_modes}, \
+        {CLI_OPT("--spec-max-seqs", NULL, CLI_INT, &(so)->spec_max_seqs, "N", "speculate only in steps of at most N decoding requests (default 4)"), CLI_RANGE(0, 4096)}
 
 /* Fills *A from argv; returns CLI_GO, or the exit status (help printed, or a usage error). */
 static int parse_args(struct serve_args *A, int argc, char **argv)
@@ -119,6 +127,7 @@ static int parse_args(struct serve_args *A, int argc, char **argv)
         {CLI_OPT("--max-queue", NULL, CLI_INT, &so->max_queue, "N", "waiting requests before 503 (default 64)"), CLI_RANGE(1, 1 << 20)},
         {CLI_OPT("--max-running", NULL, CLI_INT, &so->max_running, "N", "requests batched together (default 32)"), CLI_RANGE(1, 4096)},
         {CLI_OPT("--batch", NULL, CLI_INT, &so->n_batch, "N", "tokens per scheduler step (default 256)"), CLI_RANGE(1, 1 << 16)},
+        SERVE_SPEC_OPTS(so),
         {CLI_OPT("--kv-mib", NULL, CLI_SIZE, &so->kv_mib, "N", "KV cache pool, MiB (default 256; at least one full context)"), CLI_RANGE(1, 1L << 30)},
         {CLI_OPT("--kv-blocks", NULL, CLI_SIZE, &so->kv_blocks, "N", "KV cache pool in 16-token blocks (overrides --kv-mib)"), CLI_RANGE(1, 1L << 30)},
         {CLI_OPT("--kv-type", NULL, CLI_CHOICE, &A->kv_type, "f32|f16", "KV cache element type (default: f32 for F32 models, else f16)"), .choices = g_kv_types},

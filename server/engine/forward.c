@@ -242,6 +242,7 @@ static attnd_status check_step(const struct fwd_ctx *c, const struct fwd_seq *se
     for (int i = 0; i < n_seqs; i++) {
         if (seqs[i].n <= 0 || seqs[i].n > c->n_batch - *T) return ATTND_ERR_INVALID;
         if ((size_t)seqs[i].n > kv_seq_len(seqs[i].kv)) return ATTND_ERR_INVALID;
+        if (seqs[i].n_draft < 0 || seqs[i].n_draft >= seqs[i].n) return ATTND_ERR_INVALID;
         for (int t = 0; t < seqs[i].n; t++)
             if (seqs[i].tokens[t] < 0 || seqs[i].tokens[t] >= n_vocab) return ATTND_ERR_INVALID;
         *T += seqs[i].n;

@@ -708,7 +708,7 @@ static attnd_status cpu_eval_batch(void *state, const struct fwd_step *s)
     }
     flush_pending(c, (size_t)s->n_tokens);
     if (s->n_logit_rows) logits(c, s);
-    for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
+    for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv) - (size_t)s->seqs[i].n_draft);
     return ATTND_OK;
 }
 

@@ -794,7 +794,7 @@ static attnd_status vk_eval_batch(void *state, const struct fwd_step *s)
     if (!st) st = record_step(v, s, P, n_rows, resid_row);
     if (!st) st = download(v, s, P, n_rows, resid_row);
     if (!st)
-        for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv));
+        for (int i = 0; i < s->n_seqs; i++) kv_seq_commit(s->seqs[i].kv, kv_seq_len(s->seqs[i].kv) - (size_t)s->seqs[i].n_draft);
     if (st) log_warn("vulkan step failed: %s (%s)", vkb_last_error(), attnd_status_str(st));
     pthread_mutex_unlock(v->e->lockp);
     return st;

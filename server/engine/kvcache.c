@@ -663,6 +663,18 @@ attnd_status kv_seq_commit(struct kv_seq *s, size_t n_computed)
     return ATTND_OK;
 }
 
+attnd_status kv_seq_truncate(struct kv_seq *s, size_t n_tokens)
+{
+    if (!s) return ATTND_ERR_INVALID;
+    if (n_tokens < s->n_computed || n_tokens > s->n_tokens) return ATTND_ERR_RANGE;
+    struct kv_cache *c = s->c;
+    const size_t keep = kv_blocks_for_tokens(n_tokens);
+    while (s->n_table > keep) block_unref(c, s->table[--s->n_table]); /* never registered: freed */
+    s->n_tokens = n_tokens;
+    if (keep && n_tokens % KV_BLOCK_SIZE) c->blocks[s->table[keep - 1]].fill = (uint8_t)(n_tokens % KV_BLOCK_SIZE);
+    return ATTND_OK;
+}
+
 void kv_write(struct kv_seq *s, int layer, size_t pos, const float *k, const float *v)
 {
     ATTND_CHECK(s && k && v);

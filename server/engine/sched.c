@@ -40,6 +40,7 @@
 #include "attnd/kvevents.h"
 #include "attnd/log.h"
 #include "attnd/model.h"
+#include "attnd/spec.h"
 #include "attnd/tokenizer.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -77,6 +78,10 @@ struct req {
     struct gen *gen;   /* sampler, detokenizer, stop strings: made at first admission */
     float *logits;     /* (n_vocab) */
     int started;       /* events sent (so a pre-empted request keeps its stream state) */
+    bool spec_on;      /* speculative decoding (prompt lookup) for this request */
+    struct spec_state spec;
+    int32_t draft[SPEC_K_MAX]; /* the step's draft (its length: the batch entry's n_draft), also at
+                                  toks[n_toks..] and in the KV until verified */
 };
 
 struct attn_job {
@@ -219,7 +224,8 @@ static void send_done(struct req *r, const char *reason, const char *text, size_
 {
     double t = now_ms();
     struct sched_event ev = {.kind = SCHED_EV_DONE, .id = r->id, .finish_reason = reason, .final_text = text,
-                             .final_text_len = len, .prompt_tokens = (int)r->n_prompt, .completion_tokens = r->n_gen};
+                             .final_text_len = len, .prompt_tokens = (int)r->n_prompt, .completion_tokens = r->n_gen,
+                             .drafted_tokens = (int)r->spec.drafted, .accepted_tokens = (int)r->spec.accepted};
     double start = r->t_start > 0 ? r->t_start : t;
     ev.queue_ms = start - r->t_submit;
     ev.prompt_ms = r->t_prompt > 0 ? r->t_prompt - start : 0;
@@ -440,7 +446,7 @@ static void admit(struct sched *s)
                                         .max_tokens = r->max_tokens, .grammar = r->grammar,
                                         .grammar_vocab = r->gvocab};
             if (gen_create(s->tok, s->m->hp.n_vocab, &go, &r->gen) ||
-                !(r->logits = malloc((size_t)s->m->hp.n_vocab * sizeof(float)))) {
+                !(r->logits = malloc((r->spec_on ? SPEC_K_MAX + 1 : 1) * (size_t)s->m->hp.n_vocab * sizeof(float)))) {
                 send_error(r, ATTND_ERR_NOMEM, "out of memory");
                 retire(s, r);
                 continue;
@@ -473,10 +479,10 @@ static int first_nonfinite(const float *x, int n)
     return i < (size_t)n ? (int)i : -1;
 }
 
-/* One generation step for a request whose logits are ready (genstep.h), delivered as a TOKEN
- * event (with log-probabilities when asked); ends the request on stop or length. Returns 1 if it
- * finished. */
-static int sample_and_emit(struct sched *s, int idx)
+/* One generation step for a request from a row of logits (genstep.h), delivered as a TOKEN event
+ * (with log-probabilities when asked); ends the request on stop or length. A token equal to expect
+ * (a drafted token; -1: none) counts as accepted. Returns 1 if it finished. */
+static int sample_and_emit(struct sched *s, int idx, const float *logits, int expect)
 {
     struct req *r = s->running[idx];
     const int V = s->m->hp.n_vocab;
@@ -487,17 +493,17 @@ static int sample_and_emit(struct sched *s, int idx)
         finish_running(s, idx, "length");
         return 1;
     }
-    int bad = first_nonfinite(r->logits, V);
+    int bad = first_nonfinite(logits, V);
     if (bad >= 0) { /* a broken model: never sample around it */
         char msg[160];
         snprintf(msg, sizeof msg, "the model produced a non-finite logit (%g for token %d at position %zu)",
-                 (double)r->logits[bad], bad, r->n_toks);
+                 (double)logits[bad], bad, r->n_toks);
         send_error(r, ATTND_ERR_NUMERIC, msg);
         req_free(drop_running(s, idx));
         return 1;
     }
     struct gen_token gt;
-    attnd_status gst = gen_step(r->gen, r->logits, &gt);
+    attnd_status gst = gen_step(r->gen, logits, &gt);
     if (gst) {
         send_error(r, gst == ATTND_ERR_INTERNAL ? gst : ATTND_ERR_UNSUPPORTED,
                    gst == ATTND_ERR_INTERNAL ? "the sampler found no token to pick"
@@ -507,11 +513,17 @@ static int sample_and_emit(struct sched *s, int idx)
     }
     r->toks[r->n_toks++] = gt.id;
     r->n_gen++;
+    if (gt.id == expect) {
+        r->spec.accepted++;
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_accepted++;
+        pthread_mutex_unlock(&s->mu);
+    }
     struct sched_event ev = {.kind = SCHED_EV_TOKEN, .id = r->id, .token = gt.id, .text = gt.text,
                              .text_len = gt.len};
     if (r->logprobs > 0) { /* a full-vocabulary log-softmax: only when the client asked */
-        attnd_status st = sampler_token_logprob(r->logits, V, gt.id, &ev.logprob);
-        if (!st) st = sampler_top_logprobs(r->logits, V, r->logprobs, top_ids, top_lp);
+        attnd_status st = sampler_token_logprob(logits, V, gt.id, &ev.logprob);
+        if (!st) st = sampler_top_logprobs(logits, V, r->logprobs, top_ids, top_lp);
         if (st) { /* never send the arrays unfilled */
             send_error(r, ATTND_ERR_INTERNAL, "could not compute log-probabilities");
             req_free(drop_running(s, idx));
@@ -528,6 +540,33 @@ static int sample_and_emit(struct sched *s, int idx)
         return 1;
     }
     r->phase = PH_DECODE;
+    return 0;
+}
+
+/* A verification step's logits (row i: after the step's token and the first i drafted ones): the
+ * tokens sampled row by row as without speculation while each equals the draft (spec.h: that is
+ * rejection sampling for a drafted point mass), then the drafted tokens not accepted leave the KV.
+ * Returns 1 if the request finished. */
+static int verify_and_emit(struct sched *s, int idx, int nd)
+{
+    struct req *r = s->running[idx];
+    const size_t V = (size_t)s->m->hp.n_vocab, base = r->n_toks;
+    int acc = 0;
+    r->spec.drafted += (uint64_t)nd; /* before the rows: a request that ends on one reports them */
+    pthread_mutex_lock(&s->mu);
+    s->stats.spec_drafted += (uint64_t)nd;
+    s->stats.spec_steps++;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i <= nd; i++) {
+        const int expect = i < nd ? r->draft[i] : -1;
+        if (sample_and_emit(s, idx, r->logits + (size_t)i * V, expect)) return 1;
+        if (r->toks[r->n_toks - 1] != expect) break;
+        acc++;
+    }
+    spec_update(&r->spec, nd, acc);
+    /* the KV holds the step's token and the nd drafts: keep those accepted, commit them */
+    kv_seq_truncate(r->kv, base + (size_t)acc);
+    kv_seq_commit(r->kv, base + (size_t)acc);
     return 0;
 }
 
@@ -695,12 +734,36 @@ static attnd_status reserve(struct sched *s, struct req *r, size_t done, int n, 
     return st;
 }
 
+/* Whether this step may speculate: few enough requests decode that it is not compute-bound. */
+static bool spec_step(const struct sched *s)
+{
+    int n_dec = 0;
+    for (int i = 0; i < s->n_running; i++) n_dec += s->running[i]->phase == PH_DECODE;
+    return n_dec <= s->o.spec_max_seqs;
+}
+
+/* This step's draft for decoding request r (prompt lookup, spec.h), into r->draft and after its
+ * tokens: none when it does not speculate (or not this step), may generate one token at most, or
+ * when the pool lacks a block the draft would need (a draft never pre-empts anyone). budget: the
+ * step's tokens left (>= 1). Returns its length. */
+static int draft_for(struct sched *s, struct req *r, int budget, bool spec)
+{
+    if (!spec || !r->spec_on) return 0;
+    int room = r->max_tokens - r->n_gen - 1; /* the step makes up to nd + 1 tokens */
+    int want = spec_want(&r->spec, room < budget - 1 ? room : budget - 1);
+    int nd = want > 0 ? spec_lookup(r->toks, r->n_toks, want, r->draft) : 0;
+    if (nd > 0 && !kv_can_allocate(s->kv, kv_seq_blocks_needed(r->kv, (size_t)nd + 1))) nd = 0;
+    memcpy(r->toks + r->n_toks, r->draft, (size_t)nd * sizeof *r->toks);
+    return nd;
+}
+
 /* Steps 3./4.: the batch, decode tokens first, then prompt chunks (oldest first), under the
  * token budget, with cache slots reserved. Returns the batch size; *budget gets what is left. */
 static int build_batch(struct sched *s, int *budget)
 {
     int nb = 0;
     const int n_order = running_by_admission(s);
+    const bool spec = spec_step(s);
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < n_order && *budget > 0; k++) {
             struct req *r = s->order[k];
@@ -712,12 +775,14 @@ static int build_batch(struct sched *s, int *budget)
             if (todo == 0) continue;
             int n = decode ? 1 : (int)(todo < (size_t)*budget ? todo : (size_t)*budget);
             if (r->iv && (size_t)n < todo && !iv_means_ready(r->iv)) continue; /* head_mean: one chunk */
-            if (reserve(s, r, done, n, nb)) continue;
             bool last_chunk = done + (size_t)n == r->n_toks;
-            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n,
-                                            .logits = last_chunk ? r->logits : NULL, .iv = r->iv};
+            const int nd = decode ? draft_for(s, r, *budget, spec) : 0;
+            if (reserve(s, r, done, n + nd, nb)) continue;
+            s->batch[nb] = (struct fwd_seq){.kv = r->kv, .tokens = r->toks + done, .n = n + nd,
+                                            .logits = last_chunk ? r->logits : NULL, .all_logits = nd > 0,
+                                            .n_draft = nd, .iv = r->iv};
             s->batch_req[nb++] = r;
-            *budget -= n;
+            *budget -= n + nd;
         }
     }
     return nb;
@@ -745,7 +810,9 @@ static void run_batch(struct sched *s, int nb, int n_tokens)
     for (int b = 0; b < nb; b++) {
         if (!s->batch[b].logits) continue;
         int i = idx_of(s, s->batch_req[b]);
-        if (i >= 0) sample_and_emit(s, i);
+        if (i < 0) continue;
+        if (s->batch[b].n_draft) verify_and_emit(s, i, s->batch[b].n_draft);
+        else sample_and_emit(s, i, s->batch_req[b]->logits, -1);
     }
 }
 
@@ -987,6 +1054,7 @@ attnd_status sched_create(const struct model *m, const struct tokenizer *tok, co
     if (s->o.max_queued_per_owner <= 0 || s->o.max_queued_per_owner > s->o.max_queue)
         s->o.max_queued_per_owner = s->o.max_queue;
     if (s->o.stall_timeout_ms <= 0) s->o.stall_timeout_ms = 30000;
+    if (s->o.spec_max_seqs <= 0) s->o.spec_max_seqs = 4;
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
     check_cond_init(&s->cv); /* the worker's timed waits take check_deadline deadlines */
@@ -1221,6 +1289,8 @@ attnd_status sched_submit(struct sched *s, const struct sched_request *r, sched_
     }
     q->t_submit = now_ms();
     q->owner = r->owner;
+    q->spec_on = !q->iv && (r->speculative > 0 || (r->speculative == 0 && s->o.speculative == SPEC_LOOKUP));
+    spec_init(&q->spec);
     return enqueue(s, q, id, err, errlen);
 oom:
     req_free(q);
