@@ -30,7 +30,8 @@ static void put_usage_timings(struct api_buf *b, const struct job_choice *c)
     api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", c->prompt_tokens,
                    c->completion_tokens, c->prompt_tokens + c->completion_tokens);
     if (c->job->n_interventions) api_buf_printf(b, ",\"interventions\":%d", c->job->n_interventions);
-    api_buf_printf(b, ",\"drafted_tokens\":%d,\"accepted_tokens\":%d", c->drafted_tokens, c->accepted_tokens);
+    if (c->drafted_tokens) /* speculative decoding drafted (API.md: only then) */
+        api_buf_printf(b, ",\"drafted_tokens\":%d,\"accepted_tokens\":%d", c->drafted_tokens, c->accepted_tokens);
     api_buf_puts(b, "},");
     api_buf_printf(b,
                    "\"timings\":{\"queue_ms\":%.3f,\"prompt_ms\":%.3f,\"generation_ms\":%.3f,"

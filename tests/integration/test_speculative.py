@@ -23,12 +23,13 @@ drafted_total = [0, 0]  # drafted, accepted (over the greedy checks)
 def gen(d, spec, **fields):
     r = d.generate(temperature=0, ignore_eos=True, speculative=spec, **fields)
     if spec:
-        u = r["usage"]
-        assert 0 <= u["accepted_tokens"] <= u["drafted_tokens"], u
-        drafted_total[0] += u["drafted_tokens"]
-        drafted_total[1] += u["accepted_tokens"]
+        u = r["usage"]  # drafted_tokens and accepted_tokens only when it drafted
+        assert 0 <= u.get("accepted_tokens", 0) <= u.get("drafted_tokens", 0), u
+        assert ("drafted_tokens" in u) == (u.get("drafted_tokens", 0) > 0), u
+        drafted_total[0] += u.get("drafted_tokens", 0)
+        drafted_total[1] += u.get("accepted_tokens", 0)
     else:
-        assert r["usage"]["drafted_tokens"] == 0, r["usage"]
+        assert "drafted_tokens" not in r["usage"], r["usage"]
     return r
 
 
@@ -66,7 +67,7 @@ def check_kjv():
         assert u["accepted_tokens"] >= 10, u
         # a request that does not say: the server's default (off here)
         plain = d.generate(prompt=prompt, max_tokens=8, temperature=0)
-        assert plain["usage"]["drafted_tokens"] == 0, plain["usage"]
+        assert "drafted_tokens" not in plain["usage"], plain["usage"]
         bad = d.post("/v1/generate", {"prompt": "x", "speculative": "yes"})
         assert bad.status_code == 400 and "speculative" in bad.json()["error"]["message"], bad.text
     finally:
@@ -141,8 +142,8 @@ def check_distribution():
                 r = d.generate(prompt=prompt, max_tokens=6, temperature=1.0, top_k=0, top_p=1.0, min_p=0,
                                seed=seed, ignore_eos=True, speculative=spec)
                 runs[spec].append(r["tokens"])
-                drafted += r["usage"]["drafted_tokens"]
-                accepted += r["usage"]["accepted_tokens"]
+                drafted += r["usage"].get("drafted_tokens", 0)
+                accepted += r["usage"].get("accepted_tokens", 0)
         assert accepted >= n // 2 and drafted - accepted >= n // 2, (drafted, accepted)  # both paths ran
         worst = 1.0
         for pos in range(1, 6):
