@@ -19,7 +19,7 @@ runtime="libmicrohttpd12 libcjson1 liburing2 libpcre2-8-0 libvulkan1 libzmq5 lib
 vulkan_cpu="mesa-vulkan-drivers"
 build="build-essential pkg-config libmicrohttpd-dev libcjson-dev liburing-dev libpcre2-dev \
 libvulkan-dev glslang-tools libzmq3-dev libmsgpack-dev"
-test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests python3-jsonschema haproxy curl docker-compose \
+test="vulkan-validationlayers vulkan-tools mesa-vulkan-drivers python3 python3-yaml python3-requests python3-jsonschema python3-jinja2 haproxy curl docker-compose \
 python3-zmq python3-msgpack libtest-json-schema-acceptance-perl \
 clang libclang-rt-14-dev"   # clang + libFuzzer runtime: the fuzz harnesses (make fuzz; make test replays them)
 image="buildah mmdebstrap python3 python3-yaml python3-requests"

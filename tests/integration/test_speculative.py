@@ -8,6 +8,7 @@
   homogeneity between speculative and plain runs of distinct seeds, on stories260K).
 Run: SHARED=../shared ATTND=build/release/attnd tests/integration/test_speculative.py"""
 import json
+import math
 import os
 import sys
 
@@ -103,11 +104,43 @@ def check_features():
     print("ok stop/max_tokens/logprobs/stream/grammar: identical with speculation")
 
 
+def chi2_sf(x, df):
+    """P(X >= x) for a chi-square variable with df degrees of freedom: the regularized upper
+    incomplete gamma Q(df/2, x/2), by its series below a+1 and its continued fraction above
+    (Numerical Recipes' gammq; CI's Python has no SciPy)."""
+    a, x = df / 2.0, x / 2.0
+    if x <= 0:
+        return 1.0
+    lead = math.exp(-x + a * math.log(x) - math.lgamma(a))
+    if x < a + 1:
+        term = total = 1.0 / a
+        n = a
+        while abs(term) > abs(total) * 1e-15:
+            n += 1
+            term *= x / n
+            total += term
+        return max(0.0, 1.0 - total * lead)
+    tiny = 1e-300
+    b, c, d = x + 1 - a, 1 / tiny, 1 / (x + 1 - a)
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return lead * h
+
+
 def chi2_homogeneity(xs, ys, min_count=8):
     """Statistic, degrees of freedom and p-value of a 2 x bins chi-square test of homogeneity
     (values seen fewer than min_count times in all are pooled into one bin)."""
     from collections import Counter
-    from scipy.stats import chi2
     cx, cy = Counter(xs), Counter(ys)
     keys = [k for k in set(cx) | set(cy) if cx[k] + cy[k] >= min_count]
     rows = [[cx[k] for k in keys], [cy[k] for k in keys]]
@@ -123,7 +156,7 @@ def chi2_homogeneity(xs, ys, min_count=8):
             e = tot * n / (nx + ny)
             stat += (r - e) ** 2 / e
     df = len(rows[0]) - 1
-    return stat, df, chi2.sf(stat, df)
+    return stat, df, chi2_sf(stat, df)
 
 
 def check_distribution():
