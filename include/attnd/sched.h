@@ -108,6 +108,7 @@ struct sched_event {
     const char *final_text;     /* bytes released at the end (flushed detokenizer/stop matcher) */
     size_t final_text_len;
     int prompt_tokens, completion_tokens;
+    int cached_tokens;          /* prompt tokens found in the prefix cache (not computed) at admission */
     double queue_ms, prompt_ms, generation_ms;
     int drafted_tokens, accepted_tokens; /* speculative decoding: tokens drafted and verified, and
                                             of those accepted (each saved a step) */

@@ -140,6 +140,7 @@ static void on_last(struct api_job *j, struct job_choice *c, const struct sched_
     }
     snprintf(c->finish, sizeof c->finish, "%s", ev->finish_reason ? ev->finish_reason : "stop");
     c->completion_tokens = ev->completion_tokens;
+    c->cached_tokens = ev->cached_tokens;
     c->queue_ms = ev->queue_ms;
     c->prompt_ms = ev->prompt_ms;
     c->generation_ms = ev->generation_ms;

@@ -90,6 +90,7 @@ struct job_choice {
     bool done, started;        /* started: the stream has sent this choice's first chunk */
     char finish[16];
     int prompt_tokens, completion_tokens;
+    int cached_tokens;         /* of prompt_tokens, found in the prefix cache */
     double queue_ms, prompt_ms, generation_ms;
     double t_last_token;
     bool got_first;

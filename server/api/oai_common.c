@@ -167,10 +167,14 @@ static void put_head(struct api_buf *b, const struct api_job *j, bool chunk)
 
 static void put_usage(struct api_buf *b, const struct api_job *j)
 {
-    int comp = 0;
-    for (int i = 0; i < j->n_choices; i++) comp += j->ch[i].completion_tokens;
+    int comp = 0, cached = 0, n = j->n_prompts > 0 && j->n_choices >= j->n_prompts ? j->n_choices / j->n_prompts : 1;
+    for (int i = 0; i < j->n_choices; i++) {
+        comp += j->ch[i].completion_tokens;
+        if (i % n == 0) cached += j->ch[i].cached_tokens; /* a prompt's first choice (its others share it) */
+    }
     api_buf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", j->prompt_tokens,
                    comp, j->prompt_tokens + comp);
+    api_buf_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%d}", cached);
     if (j->n_interventions) api_buf_printf(b, ",\"interventions\":%d", j->n_interventions);
     api_buf_puts(b, "}");
 }

@@ -49,6 +49,7 @@ enum phase { PH_WAITING = 0, PH_PREFILL = 1, PH_DECODE = 2 };
 struct req {
     uint64_t id;
     size_t n_prompt;
+    size_t n_cached;  /* prompt tokens the prefix cache held at the first admission */
     int max_tokens;
     struct sampler_params sampling;
     char *stops[SCHED_MAX_STOPS];
@@ -225,7 +226,8 @@ static void send_done(struct req *r, const char *reason, const char *text, size_
     double t = now_ms();
     struct sched_event ev = {.kind = SCHED_EV_DONE, .id = r->id, .finish_reason = reason, .final_text = text,
                              .final_text_len = len, .prompt_tokens = (int)r->n_prompt, .completion_tokens = r->n_gen,
-                             .drafted_tokens = (int)r->spec.drafted, .accepted_tokens = (int)r->spec.accepted};
+                             .cached_tokens = (int)r->n_cached, .drafted_tokens = (int)r->spec.drafted,
+                             .accepted_tokens = (int)r->spec.accepted};
     double start = r->t_start > 0 ? r->t_start : t;
     ev.queue_ms = start - r->t_submit;
     ev.prompt_ms = r->t_prompt > 0 ? r->t_prompt - start : 0;
@@ -466,6 +468,7 @@ static void admit(struct sched *s)
         s->stats.prefix_lookup_tokens += r->n_toks;
         s->stats.prefix_hit_tokens += cached;
         pthread_mutex_unlock(&s->mu);
+        if (!r->admit_no) r->n_cached = cached < r->n_prompt ? cached : r->n_prompt; /* first admission */
         r->phase = PH_PREFILL;
         r->admit_no = ++s->admit_counter;
         s->running[s->n_running++] = r;
